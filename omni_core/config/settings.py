@@ -1,0 +1,30 @@
+"""Process-wide settings from the environment (prefix ``OMNI_``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+
+class OmniSettings(BaseSettings):
+    """``OMNI_DISABLE_PLUGINS=a,b`` blocks plugins by entry-point name before they are imported."""
+
+    model_config = SettingsConfigDict(env_prefix="OMNI_", extra="ignore")
+
+    disable_plugins: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    log_level: str = "WARNING"
+    startup_timeout_s: float = 120.0
+    shutdown_timeout_s: float = 10.0
+    request_queue_size: int = Field(default=1024, ge=1)
+    rpc_timeout_s: float = 60.0
+    cache_dir: Path = Field(default_factory=lambda: Path.home() / ".cache" / "omni-core")
+
+    @field_validator("disable_plugins", mode="before")
+    @classmethod
+    def _split_names(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value

@@ -1,0 +1,1 @@
+"""Engines: the caller-side face of a pipeline (requests in, outputs out)."""

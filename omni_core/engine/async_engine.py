@@ -1,0 +1,103 @@
+"""``AsyncOmniEngine``: the turn-based engine (prompt in, streamed outputs out)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncGenerator
+from typing import Any
+
+from omni_core.engine.base import OmniEngineBase
+from omni_core.engine.channel import RequestStream
+from omni_core.errors import ConfigError, RequestError
+from omni_core.messages import AddRequest
+from omni_core.orchestrator.base import OrchestratorBase
+from omni_core.orchestrator.turn import Orchestrator
+from omni_core.outputs import OmniRequestOutput
+from omni_core.sampling import SamplingParams
+
+
+class AsyncOmniEngine(OmniEngineBase):
+    """``AsyncOmniEngine(pipeline)``: a YAML path, a registered pipeline name or a config."""
+
+    def _validate_deployment(self) -> None:
+        selected = self.pipeline.engine_class
+        if not issubclass(type(self), selected):
+            raise ConfigError([
+                f"{self.pipeline.config.source}: field 'engine': pipeline "
+                f"'{self.pipeline.config.name}' selects engine '{self.pipeline.config.engine}' "
+                f"({selected.__name__}); build it with omni_core.create_engine()"
+            ])
+
+    def _create_orchestrator(self, **kwargs: Any) -> OrchestratorBase:
+        return Orchestrator(**kwargs)
+
+    async def generate(
+        self,
+        prompt: Any,
+        *,
+        request_id: str | None = None,
+        sampling_params: SamplingParams | dict[str, Any] | None = None,
+        modalities: list[str] | None = None,
+    ) -> AsyncGenerator[OmniRequestOutput, None]:
+        """Stream a request's outputs; exactly one has ``finished=True`` (or this raises
+        :class:`~omni_core.errors.EngineDeadError`). Closing or cancelling it aborts the request.
+        """
+        runtime = self._runtime
+        runtime.check_alive()
+        rid = self.new_request_id() if request_id is None else request_id
+        if not isinstance(rid, str) or not rid:
+            raise RequestError("request_id must be a non-empty string")
+        if rid in runtime.streams:
+            raise RequestError(f"request id '{rid}' is already in flight")
+        _check_prompt(prompt)
+        params = self.stage_params(sampling_params)
+        if modalities is not None:
+            self._check_modalities(modalities)
+        stream = RequestStream(rid, asyncio.get_running_loop())
+        runtime.streams[rid] = stream
+        finished = False
+        try:
+            await runtime.inbox.put_async(
+                AddRequest(request_id=rid, prompt=prompt, params=params,
+                           modalities=modalities, stream=stream, enqueued_at=time.monotonic())
+            )
+            items = stream.items
+            while True:
+                if not items:
+                    await stream.wait()
+                while items:
+                    item = items.popleft()
+                    if isinstance(item, BaseException):
+                        finished = True  # the engine died: nothing left to abort
+                        raise item
+                    if item.finished:
+                        finished = True
+                    yield item
+                    if finished:
+                        return
+        finally:
+            if runtime.streams.get(rid) is stream:
+                del runtime.streams[rid]
+            if not finished:
+                self.abort(rid)
+
+    def _check_modalities(self, modalities: list[str]) -> None:
+        offered = {s.config.final_output_type for s in self.pipeline.stages.values()
+                   if s.config.final_output}
+        unknown = [m for m in modalities if m not in offered]
+        if unknown or not modalities:
+            raise RequestError(
+                f"modalities {modalities!r}: this pipeline offers {sorted(offered)}"
+            )
+
+
+def _check_prompt(prompt: Any) -> None:
+    if isinstance(prompt, str | dict):
+        return
+    if isinstance(prompt, list) and all(isinstance(t, int) for t in prompt):
+        return
+    raise RequestError(
+        "prompt must be a string, a list of token ids, or a dict with multimodal parts, "
+        f"not {type(prompt).__name__}"
+    )

@@ -1,0 +1,225 @@
+"""``OmniEngineBase``: owns the orchestrator thread, the queues, correlated calls and shutdown.
+
+Seams for subclasses: :meth:`_validate_deployment` (before any stage starts) and
+:meth:`_create_orchestrator` (on the orchestrator thread, after stages started).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import uuid
+import weakref
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Self
+
+from omni_core.config.resolve import ResolvedPipeline, resolve_pipeline
+from omni_core.config.settings import OmniSettings
+from omni_core.engine.runtime import EngineRuntime
+from omni_core.errors import ConfigError, RequestError
+from omni_core.messages import AbortRequest, CollectiveRpc
+from omni_core.outputs import AbortResult
+from omni_core.plugin.hooks import PluginHost
+from omni_core.sampling import SamplingParams
+
+if TYPE_CHECKING:
+    from omni_core.config.pipeline import PipelineConfig
+    from omni_core.orchestrator.base import OrchestratorBase
+
+logger = logging.getLogger(__name__)
+
+
+
+class OmniEngineBase:
+    """Start-up, liveness, control calls and shutdown shared by every engine kind."""
+
+    def __init__(
+        self,
+        pipeline: str | Path | PipelineConfig | ResolvedPipeline,
+        *,
+        settings: OmniSettings | None = None,
+        plugins: PluginHost | None = None,
+    ) -> None:
+        self.settings = settings or OmniSettings()
+        self.plugins = plugins or PluginHost.create(self.settings)
+        self.pipeline = (
+            pipeline if isinstance(pipeline, ResolvedPipeline)
+            else resolve_pipeline(pipeline, self.plugins)
+        )
+        self._id_prefix = f"omni-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self._ids = itertools.count()
+        self.default_params = self._default_params()
+        self._validate_deployment()
+        self._runtime = EngineRuntime(self.pipeline, self.settings, self.plugins)
+        self._finalizer = weakref.finalize(self, self._runtime.shutdown, 1.0)
+        self._runtime.start(self._create_orchestrator, self.settings.startup_timeout_s)
+
+    # --- seams ----------------------------------------------------------------------------------
+    def _validate_deployment(self) -> None:
+        """Check the pipeline before any stage starts (raise ConfigError). Default: nothing."""
+
+    def _create_orchestrator(self, **kwargs: Any) -> OrchestratorBase:
+        """Build the orchestrator (called on the orchestrator thread after stages started)."""
+        raise NotImplementedError
+
+    # --- construction helpers -------------------------------------------------------------------
+    @classmethod
+    async def create(cls, pipeline: Any, **kwargs: Any) -> Self:
+        """Build the engine without blocking the running event loop while stages start."""
+        return await asyncio.to_thread(cls, pipeline, **kwargs)
+
+    def _default_params(self) -> dict[int, SamplingParams]:
+        problems = []
+        params = {}
+        for sid, stage in self.pipeline.stages.items():
+            where = f"{self.pipeline.config.stage_label(stage.config)}: field 'sampling_params'"
+            try:
+                params[sid] = SamplingParams.from_mapping(stage.config.sampling_params, where)
+            except RequestError as exc:
+                problems.append(str(exc))
+        if problems:
+            raise ConfigError(problems)
+        return params
+
+    # --- request ids and params -----------------------------------------------------------------
+    def new_request_id(self) -> str:
+        return f"{self._id_prefix}-{next(self._ids)}"
+
+    def stage_params(
+        self, sampling_params: SamplingParams | dict[str, Any] | None
+    ) -> dict[int, SamplingParams]:
+        """Per-stage params: one object for all stages, or a mapping stage name → params."""
+        if sampling_params is None:
+            return self.default_params
+        if isinstance(sampling_params, SamplingParams):
+            sampling_params.validate()
+            return {sid: sampling_params for sid in self.default_params}
+        if not isinstance(sampling_params, dict):
+            raise RequestError(
+                "sampling_params must be a SamplingParams or a mapping stage name -> params, "
+                f"not {type(sampling_params).__name__}"
+            )
+        by_name = {s.name: sid for sid, s in self.pipeline.stages.items()}
+        params = dict(self.default_params)
+        for name, value in sampling_params.items():
+            if name not in by_name:
+                raise RequestError(
+                    f"sampling_params: unknown stage '{name}' (stages: {', '.join(by_name)})"
+                )
+            where = f"sampling_params['{name}']"
+            if isinstance(value, SamplingParams):
+                params[by_name[name]] = value.validate(where)
+            elif isinstance(value, dict):
+                params[by_name[name]] = SamplingParams.from_mapping(value, where)
+            else:
+                raise RequestError(f"{where} must be SamplingParams or a mapping")
+        return params
+
+    # --- liveness, health -----------------------------------------------------------------------
+    def is_alive(self) -> bool:
+        return self._runtime.is_alive()
+
+    def health(self) -> dict[str, Any]:
+        """Liveness and per-stage, per-replica health."""
+        orchestrator = self._runtime.orchestrator
+        stages = orchestrator.health() if orchestrator is not None else {}
+        return {"alive": self.is_alive(), "stages": stages}
+
+    @property
+    def num_active_requests(self) -> int:
+        """Requests the orchestrator still holds (0 once every request is terminal)."""
+        orchestrator = self._runtime.orchestrator
+        return len(orchestrator.parents) if orchestrator is not None else 0
+
+    def request_tables(self) -> dict[str, int]:
+        """Sizes of the orchestrator's request tables (all 0 when nothing is in flight)."""
+        orchestrator = self._runtime.orchestrator
+        if orchestrator is None:
+            return {"requests": 0, "runs": 0, "bindings": 0}
+        return {
+            "requests": len(orchestrator.parents),
+            "runs": len(orchestrator.runs),
+            "bindings": sum(len(b) for p in orchestrator.pools.values() for b in p.bound),
+        }
+
+    # --- abort ----------------------------------------------------------------------------------
+    def abort(self, request_ids: str | list[str], reason: str = "abort") -> None:
+        """Fire-and-forget abort; unknown or finished ids are a quiet no-op."""
+        ids = [request_ids] if isinstance(request_ids, str) else list(request_ids)
+        if not ids or self._runtime.dead_reason is not None:
+            return
+        try:
+            self._runtime.inbox.put_nowait(AbortRequest(request_ids=ids, reason=reason), force=True)
+        except Exception:  # shut down meanwhile: nothing left to abort
+            pass
+
+    async def abort_async(
+        self, request_ids: str | list[str], timeout: float | None = None
+    ) -> AbortResult:
+        """Abort and wait until every stage that held the requests confirmed."""
+        ids = [request_ids] if isinstance(request_ids, str) else list(request_ids)
+        key = ("abort", uuid.uuid4().hex)
+        result = await self._call(key, AbortRequest(request_ids=ids, rpc_key=key), timeout)
+        assert isinstance(result, AbortResult)
+        return result
+
+    # --- control RPCs ---------------------------------------------------------------------------
+    async def collective_rpc(
+        self,
+        method: str,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+        stage_ids: list[int] | None = None,
+        timeout: float | None = None,
+    ) -> list[Any]:
+        """Call ``method`` on every live replica of the addressed stages; one result each."""
+        key = ("collective", uuid.uuid4().hex)
+        msg = CollectiveRpc(rpc_key=key, method=method, args=tuple(args), kwargs=kwargs or {},
+                            stage_ids=stage_ids, timeout=timeout)
+        result = await self._call(key, msg, timeout)
+        return list(result)
+
+    async def sleep(self, level: int = 1, stage_ids: list[int] | None = None) -> list[Any]:
+        return await self.collective_rpc("sleep", (level,), stage_ids=stage_ids)
+
+    async def wake_up(self, tags: list[str] | None = None,
+                      stage_ids: list[int] | None = None) -> list[Any]:
+        return await self.collective_rpc("wake_up", (tags,), stage_ids=stage_ids)
+
+    async def pause_scheduler(self, stage_ids: list[int] | None = None) -> list[Any]:
+        return await self.collective_rpc("pause_scheduler", stage_ids=stage_ids)
+
+    async def resume_scheduler(self, stage_ids: list[int] | None = None) -> list[Any]:
+        return await self.collective_rpc("resume_scheduler", stage_ids=stage_ids)
+
+    async def _call(self, key: tuple[str, str], msg: Any, timeout: float | None) -> Any:
+        """Register, submit and wait under one timeout budget. A timeout cancels nothing."""
+        runtime = self._runtime
+        runtime.check_alive()
+        fut = runtime.router.register(key)
+        try:
+            async with asyncio.timeout(timeout):
+                await runtime.inbox.put_async(msg)
+                return await asyncio.wrap_future(fut)
+        finally:
+            runtime.router.unregister(key, fut)
+
+    # --- shutdown -------------------------------------------------------------------------------
+    def shutdown(self, timeout: float | None = None) -> None:
+        """Stop the engine (idempotent, bounded); pending ``generate()`` calls raise."""
+        self._finalizer.detach()
+        self._runtime.shutdown(self.settings.shutdown_timeout_s if timeout is None else timeout)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await asyncio.to_thread(self.shutdown)

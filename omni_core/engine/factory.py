@@ -1,0 +1,29 @@
+"""``create_engine``: builds the engine class a pipeline's ``engine:`` field selects."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from omni_core.config.resolve import resolve_pipeline
+from omni_core.config.settings import OmniSettings
+from omni_core.engine.base import OmniEngineBase
+from omni_core.errors import ConfigError
+from omni_core.plugin.hooks import PluginHost
+
+
+def create_engine(
+    pipeline: Any, *, settings: OmniSettings | None = None, plugins: PluginHost | None = None
+) -> OmniEngineBase:
+    settings = settings or OmniSettings()
+    plugins = plugins or PluginHost.create(settings)
+    resolved = resolve_pipeline(pipeline, plugins)
+    cls = resolved.engine_class
+    if not (isinstance(cls, type) and issubclass(cls, OmniEngineBase)):
+        raise ConfigError([f"engine kind '{resolved.config.engine}' is not an OmniEngineBase"])
+    engine: OmniEngineBase = cls(resolved, settings=settings, plugins=plugins)
+    return engine
+
+
+async def create_engine_async(pipeline: Any, **kwargs: Any) -> OmniEngineBase:
+    return await asyncio.to_thread(create_engine, pipeline, **kwargs)

@@ -1,0 +1,49 @@
+"""Every error omni-core raises derives from :class:`OmniError`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class OmniError(Exception):
+    """Base class of all omni-core errors."""
+
+
+class ConfigError(OmniError):
+    """A pipeline or settings file is invalid. ``problems`` holds one readable line per problem."""
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        self.problems = list(problems)
+        super().__init__("\n".join(self.problems))
+
+
+class PluginError(OmniError):
+    """A plugin is broken or misdeclared."""
+
+
+class PluginLoadError(PluginError):
+    """A plugin could not be imported or registered; the message names it."""
+
+
+class PluginConflictError(PluginError):
+    """Two plugins provide the same name (stage kind, bridge, pipeline, ...)."""
+
+
+class RequestError(OmniError, ValueError):
+    """The caller's request is invalid (duplicate id, bad params, unknown stage ...)."""
+
+
+class StageUnavailableError(OmniError):
+    """A stage needed by a request has no live replica."""
+
+
+class StartupError(OmniError):
+    """The engine failed to start; the message names the stage that failed."""
+
+
+class EngineDeadError(OmniError):
+    """The engine is shut down or its orchestrator died; no more requests can be served."""
+
+
+class RpcError(OmniError):
+    """A control RPC failed on a stage replica (worker exception, timeout, bad stage id)."""

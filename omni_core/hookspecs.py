@@ -1,0 +1,211 @@
+"""Every hook omni-core calls. Plugins implement them with ``@omni_core.hookimpl``.
+
+Conventions:
+
+* ``omni_register_*`` hooks *provide* objects (frozen dataclasses from
+  :mod:`omni_core.plugin.types`). All impls are called; results are merged; two plugins providing
+  the same name is a :class:`~omni_core.errors.PluginConflictError` naming both.
+* ``omni_request_*`` / ``omni_stage_*`` observers are called impl by impl: one failing observer is
+  logged and the others still run.
+* Decision hooks say how results combine in their docstring.
+* pluggy calls are synchronous: impls are plain functions (never ``async def``). Hooks that need
+  I/O return data, or coroutine *factories* the orchestrator schedules on its loop.
+* Impls may accept any subset of a hook's arguments.
+
+"Orchestrator thread" below means the engine's orchestrator thread and event loop, in the process
+that created the engine. Nobody calls ``pm.hook`` directly: :class:`omni_core.plugin.hooks.PluginHost`
+is the typed facade.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+from omni_core.plugin import hookspec
+
+if TYPE_CHECKING:
+    from omni_core.config.pipeline import PipelineConfig
+    from omni_core.orchestrator.base import OrchestratorBase
+    from omni_core.outputs import ErrorInfo, StageOutput
+    from omni_core.plugin.types import (
+        Admission,
+        Bridge,
+        CliGroup,
+        ConfigSection,
+        EngineKind,
+        ForwardGate,
+        PipelineSpec,
+        ServerRoute,
+        StageKind,
+    )
+
+# --------------------------------------------------------------------------------------------
+# Registration (main process; when a PluginHost is built: engine start, CLI start)
+# --------------------------------------------------------------------------------------------
+
+
+@hookspec(historic=True)
+def omni_addhooks(plugin_manager: pluggy.PluginManager) -> None:
+    """Add a plugin's own hookspecs (``plugin_manager.add_hookspecs(module)``).
+
+    Fires once per plugin manager, in the main process, as each plugin registers (historic: late
+    registrants are called too). Result: none.
+    """
+
+
+@hookspec
+def omni_register_stage_kinds() -> Iterable[StageKind]:
+    """Provide stage kinds (``kind:`` of a pipeline stage).
+
+    Fires when a PluginHost is built (main process). Results of all plugins are merged; a name
+    provided twice fails start-up listing both providers.
+    """
+    return ()
+
+
+@hookspec
+def omni_register_bridges() -> Iterable[Bridge]:
+    """Provide named bridges (``bridge:`` of a stage). Merged; duplicate names conflict."""
+    return ()
+
+
+@hookspec
+def omni_register_pipelines() -> Iterable[PipelineSpec]:
+    """Provide named pipelines (``omni run NAME``). Merged; duplicate names conflict."""
+    return ()
+
+
+@hookspec
+def omni_register_engine_kinds() -> Iterable[EngineKind]:
+    """Provide engine classes selected by a pipeline's ``engine:`` field (built-in: ``turn``).
+
+    The class must subclass :class:`~omni_core.engine.base.OmniEngineBase`. Merged; duplicate
+    names conflict.
+    """
+    return ()
+
+
+@hookspec
+def omni_register_config_sections() -> Iterable[ConfigSection]:
+    """Provide extra top-level pipeline sections, each validated by its pydantic model.
+
+    A pipeline with an unregistered top-level key fails validation. Merged; duplicates conflict.
+    """
+    return ()
+
+
+@hookspec
+def omni_register_cli_groups() -> Iterable[CliGroup]:
+    """Provide typer apps mounted as ``omni NAME``. Fires when the ``omni`` CLI starts."""
+    return ()
+
+
+@hookspec
+def omni_register_server_routes() -> Iterable[ServerRoute]:
+    """Provide routes mounted by ``omni serve``. Fires when the server starts."""
+    return ()
+
+
+# --------------------------------------------------------------------------------------------
+# Request lifecycle decisions (orchestrator thread)
+# --------------------------------------------------------------------------------------------
+
+
+@hookspec
+def omni_admit_request(
+    request_id: str, prompt: Any, pipeline: PipelineConfig, orchestrator: OrchestratorBase
+) -> Admission | None:
+    """Expand a request into a bundle before any state exists (e.g. CFG companions).
+
+    Fires on the orchestrator thread once per admitted request (and per parallel-sampling child),
+    before the request is registered. All impls are called; their companions are admitted together
+    with the request, all or nothing: if any impl raises, nothing is admitted and the request gets
+    one terminal error naming the plugin. Companion ids are ``f"{request_id}{companion.suffix}"``;
+    companions go to the same replicas as their request and are never shown to the caller.
+    """
+
+
+@hookspec(firstresult=True)
+def omni_intercept_stage_output(
+    request_id: str, stage_id: int, output: StageOutput, orchestrator: OrchestratorBase
+) -> bool | None:
+    """Take a stage output before it is emitted or forwarded. Return True to consume it.
+
+    Orchestrator thread, for every stage output of every request (companions included): keep it
+    cheap. First non-None result wins.
+    """
+
+
+@hookspec
+def omni_forward_gate(
+    request_id: str, stage_id: int, orchestrator: OrchestratorBase
+) -> ForwardGate | None:
+    """Decide whether a forward of ``request_id`` to ``stage_id`` may happen now.
+
+    Orchestrator thread, before every forward. All impls are called: any ``defer=True`` defers the
+    forward until ``orchestrator.release_forward(request_id, stage_id)``; the ``extra_sources`` of
+    all results are appended to the bridge's sources.
+    """
+
+
+@hookspec
+def omni_expand_abort(request_ids: list[str], orchestrator: OrchestratorBase) -> Iterable[str]:
+    """Return more request ids to abort together with ``request_ids`` (e.g. companions).
+
+    Orchestrator thread, on every abort. Results are merged.
+    """
+    return ()
+
+
+@hookspec
+def omni_background_tasks(
+    orchestrator: OrchestratorBase,
+) -> Iterable[Callable[[], Awaitable[None]]]:
+    """Provide coroutine factories run as tasks on the orchestrator loop while it lives.
+
+    Called once when the orchestrator starts. Tasks are cancelled at shutdown. A task must wait on
+    events or timers, never poll.
+    """
+    return ()
+
+
+@hookspec
+def omni_shutdown(orchestrator: OrchestratorBase) -> Callable[[], Awaitable[None]] | None:
+    """Provide a coroutine factory awaited when the orchestrator stops (before stages stop).
+
+    Orchestrator thread. Every impl's factory is awaited, each bounded by the shutdown timeout.
+    """
+
+
+# --------------------------------------------------------------------------------------------
+# Observers (orchestrator thread; called impl by impl, failures logged)
+# --------------------------------------------------------------------------------------------
+
+
+@hookspec
+def omni_request_admitted(request_id: str, orchestrator: OrchestratorBase) -> None:
+    """A request (or companion / parallel-sampling child) was registered."""
+
+
+@hookspec
+def omni_stage_submitted(
+    request_id: str, stage_id: int, replica: int, orchestrator: OrchestratorBase
+) -> None:
+    """A request was submitted to a stage replica (initial submit or forward)."""
+
+
+@hookspec
+def omni_stage_output(
+    request_id: str, stage_id: int, output: StageOutput, orchestrator: OrchestratorBase
+) -> None:
+    """A stage produced an output (every token: keep it cheap; skipped if no plugin implements)."""
+
+
+@hookspec
+def omni_request_terminal(
+    request_id: str, finish_reason: str, error: ErrorInfo | None, orchestrator: OrchestratorBase
+) -> None:
+    """A request (or companion / child) reached its one terminal state; its state is gone."""

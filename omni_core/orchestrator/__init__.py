@@ -1,0 +1,1 @@
+"""The orchestrator: its own thread and loop; routing, ordering, request state, terminals."""

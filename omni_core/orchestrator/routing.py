@@ -1,0 +1,396 @@
+"""Cross-stage routing: submit, route outputs along the graph, emit in order, converge terminals.
+
+Part of :class:`~omni_core.orchestrator.base.OrchestratorBase` (split out to keep modules small);
+runs only on the orchestrator loop.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from omni_core.config.pipeline import InputEdge
+from omni_core.errors import EngineDeadError
+from omni_core.orchestrator.state import ParentState, RunState, StageRun
+from omni_core.outputs import ErrorInfo, OmniRequestOutput, StageOutput, StageResult
+from omni_core.sampling import SamplingParams
+from omni_core.stage.client import StageRequest
+
+if TYPE_CHECKING:
+    from omni_core.orchestrator.base import OrchestratorBase
+
+logger = logging.getLogger(__name__)
+
+
+class RoutingMixin:
+    # ------------------------------------------------------------------------------------------
+    # graph
+    # ------------------------------------------------------------------------------------------
+    def _init_routing(self: OrchestratorBase) -> None:
+        config = self.pipeline.config
+        self.order = [s.id for s in config.topological_order()]
+        self.downstream: dict[int, list[tuple[int, InputEdge]]] = {sid: [] for sid in self.order}
+        self.inputs: dict[int, list[InputEdge]] = {s.id: list(s.inputs) for s in config.stages}
+        for stage in config.stages:
+            for edge in stage.inputs:
+                self.downstream[edge.stage].append((stage.id, edge))
+        self._plans: dict[tuple[str, ...] | None, tuple[frozenset[int], tuple[int, ...]]] = {}
+
+    def plan(self: OrchestratorBase, modalities: list[str] | None) -> tuple[frozenset[int],
+                                                                           tuple[int, ...]]:
+        """(stages needed, final stages in order) for the wanted output modalities."""
+        key = tuple(sorted(modalities)) if modalities else None
+        cached = self._plans.get(key)
+        if cached is not None:
+            return cached
+        stages = self.pipeline.stages
+        finals = [s for s in self.order if stages[s].config.final_output]
+        if modalities:
+            finals = [s for s in finals if stages[s].config.final_output_type in modalities]
+        needed: set[int] = set()
+        todo = list(finals)
+        while todo:
+            sid = todo.pop()
+            if sid not in needed:
+                needed.add(sid)
+                todo.extend(e.stage for e in self.inputs[sid])
+        plan = (frozenset(needed), tuple(finals))
+        self._plans[key] = plan
+        return plan
+
+    def new_run(
+        self: OrchestratorBase,
+        run_id: str,
+        parent: ParentState,
+        index: int,
+        prompt: Any,
+        params: dict[int, SamplingParams],
+        needed: frozenset[int],
+        finals: tuple[int, ...],
+    ) -> RunState:
+        stages = {
+            sid: StageRun(StageResult(stage_id=sid, stage_name=self.pipeline.stages[sid].name))
+            for sid in self.order
+            if sid in needed
+        }
+        return RunState(run_id, parent, index, prompt, params, needed, finals, stages)
+
+    def register_run(self: OrchestratorBase, run: RunState) -> None:
+        self.runs[run.run_id] = run
+        if run.visible:
+            run.parent.live.add(run.run_id)
+        self.hooks.request_admitted(run.run_id, self)
+
+    async def start_run(self: OrchestratorBase, run: RunState) -> None:
+        """Submit a registered run to its entry stages (stages without inputs)."""
+        for sid in self.order:
+            if sid in run.needed and not self.inputs[sid] and not run.terminal:
+                await self.submit(run, sid, run.prompt, streaming_input=False)
+
+    # ------------------------------------------------------------------------------------------
+    # submit
+    # ------------------------------------------------------------------------------------------
+    async def submit(
+        self: OrchestratorBase, run: RunState, stage_id: int, prompt: Any, streaming_input: bool
+    ) -> None:
+        pool = self.pools[stage_id]
+        sr = run.stages[stage_id]
+        prefer = None
+        if run.companion_of is not None:  # companions follow their request's replica
+            prefer = run.companion_of.stages[stage_id].replica
+        replica = pool.pick(prefer)
+        if replica is None:
+            await self.fail_run(run, stage_id, _unavailable(pool.stage.name))
+            return
+        client = pool.client(replica)
+        assert client is not None
+        request = StageRequest(
+            request_id=run.run_id,
+            prompt=prompt,
+            params=run.params[stage_id],
+            streaming_input=streaming_input,
+        )
+        sr.replica, sr.submitted = replica, True
+        pool.bound[replica].add(run.run_id)
+        try:
+            await client.add_request(request)
+        except EngineDeadError as exc:
+            pool.bound[replica].discard(run.run_id)
+            await self._on_replica_dead(pool, replica, exc)
+            if not run.terminal:
+                await self.fail_run(run, stage_id, _unavailable(pool.stage.name))
+            return
+        except Exception as exc:
+            pool.bound[replica].discard(run.run_id)
+            sr.submitted = False
+            if not await self._handle_forward_failure(run, stage_id, exc):
+                await self.fail_run(run, stage_id, ErrorInfo.from_exception(exc, status_code=400))
+            return
+        self._on_stage_submitted(run, stage_id, replica)
+
+    # ------------------------------------------------------------------------------------------
+    # outputs
+    # ------------------------------------------------------------------------------------------
+    async def _on_stage_outputs(
+        self: OrchestratorBase, stage_id: int, replica: int, outputs: list[StageOutput]
+    ) -> None:
+        observe = self.hooks.has_output_observers
+        for out in outputs:
+            run = self.runs.get(out.request_id)
+            if run is None or run.terminal:
+                continue  # late output of a terminal or unknown request: dropped
+            sr = run.stages.get(stage_id)
+            if sr is None or sr.finished or sr.replica != replica:
+                continue
+            if observe:
+                self.hooks.stage_output(run.run_id, stage_id, out, self)
+            if out.error is not None:
+                await self.fail_run(run, stage_id, out.error)
+                continue
+            await self.route(run, stage_id, out)
+
+    async def route(self: OrchestratorBase, run: RunState, stage_id: int, out: StageOutput) -> None:
+        """Record one stage output, emit it if final, forward it, converge the terminal."""
+        sr = run.stages[stage_id]
+        sr.result.add(out)
+        if out.finished:
+            sr.finished = True
+            if sr.replica is not None:
+                self.pools[stage_id].bound[sr.replica].discard(run.run_id)
+        if self._intercept_stage_output(run, stage_id, out):
+            return
+        is_final = stage_id in run.finals
+        completes = False
+        if is_final and out.finished:
+            run.finished_finals.add(stage_id)
+            completes = len(run.finished_finals) == len(run.finals)
+        if is_final and run.visible:
+            self._emit_stage_output(run, stage_id, out, completes)
+        for target, edge in self.downstream[stage_id]:
+            if target in run.needed and not run.terminal:
+                await self._feed(run, stage_id, target, edge, out)
+        if completes and not run.terminal:
+            self._terminate_run(run, out.finish_reason or "stop", None)
+
+    def _emit_stage_output(
+        self: OrchestratorBase, run: RunState, stage_id: int, out: StageOutput, completes: bool
+    ) -> None:
+        stage = self.pipeline.stages[stage_id]
+        last = completes and run.parent.live == {run.run_id}
+        self.emitter.emit(
+            run.parent.stream,
+            OmniRequestOutput(
+                request_id=run.parent.request_id,
+                index=run.index,
+                stage_id=stage_id,
+                stage_name=stage.name,
+                output_type=stage.config.final_output_type,
+                finished=last,
+                finish_reason=out.finish_reason if out.finished else None,
+                text=out.text,
+                token_ids=out.token_ids,
+                payload=out.payload,
+                logprobs=out.logprobs,
+            ),
+        )
+
+    async def _feed(
+        self: OrchestratorBase, run: RunState, source: int, target: int, edge: InputEdge,
+        out: StageOutput,
+    ) -> None:
+        tr = run.stages[target]
+        if tr.finished:
+            return
+        if edge.mode == "on_finish":
+            if out.finished and all(run.stages[e.stage].finished for e in self.inputs[target]):
+                await self.forward(run, target)
+            return
+        # stream edge: open the downstream request at the first chunk, feed the rest as it comes
+        if tr.stream_buffer is None:
+            tr.stream_buffer = StageResult(stage_id=source, stage_name=self.pipeline.stages[
+                source].name)
+        tr.stream_buffer.add(out)
+        tr.stream_count += 1
+        if tr.stream_count < edge.chunk and not out.finished:
+            return
+        stage = self.pipeline.stages[target]
+        chunk = stage.bridge([tr.stream_buffer], run.prompt, run.params[target])
+        if chunk is None and not out.finished:
+            return
+        tr.stream_buffer, tr.stream_count = None, 0
+        if not tr.submitted:
+            if chunk is None:
+                await self._skip_stage(run, target)
+            else:
+                await self.submit(run, target, chunk, streaming_input=not out.finished)
+            return
+        client = self.pools[target].client(tr.replica) if tr.replica is not None else None
+        if client is None:
+            return  # replica died: its death handler fails this request
+        try:
+            await client.add_input(run.run_id, chunk if chunk is not None else [], out.finished)
+        except EngineDeadError:
+            return  # its reader reports the death and fails the bound requests
+        except Exception as exc:
+            if not await self._handle_forward_failure(run, target, exc):
+                await self.fail_run(run, target, ErrorInfo.from_exception(exc, status_code=400))
+
+    async def forward(self: OrchestratorBase, run: RunState, target: int) -> None:
+        """Forward a run to ``target`` once all its inputs finished (``on_finish`` edges)."""
+        tr = run.stages[target]
+        if tr.submitted or tr.finished or run.terminal:
+            return
+        extra: list[Any] = []
+        if self.hooks.has_forward_gates:
+            gates = self.hooks.forward_gates(run.run_id, target, self)
+            if any(g.defer for g in gates):
+                tr.deferred = True
+                return
+            for gate in gates:
+                extra.extend(gate.extra_sources)
+        tr.deferred = False
+        sources: list[Any] = [run.stages[e.stage].result for e in self.inputs[target]]
+        stage = self.pipeline.stages[target]
+        try:
+            prompt = stage.bridge([*sources, *extra], run.prompt, run.params[target])
+        except Exception as exc:
+            if not await self._handle_forward_failure(run, target, exc):
+                await self.fail_run(run, target, ErrorInfo.from_exception(exc, status_code=400))
+            return
+        if prompt is None or (isinstance(prompt, list | str) and not prompt):
+            await self._skip_stage(run, target)
+            return
+        await self.submit(run, target, prompt, streaming_input=False)
+
+    def release_forward(self: OrchestratorBase, request_id: str, stage_id: int) -> None:
+        """Let a forward deferred by ``omni_forward_gate`` happen (call on the orchestrator loop)."""
+        run = self.runs.get(request_id)
+        if run is None or run.terminal or not run.stages[stage_id].deferred:
+            return
+        self.spawn(self._release(run, stage_id))
+
+    async def _release(self: OrchestratorBase, run: RunState, stage_id: int) -> None:
+        await self.forward(run, stage_id)
+        self.emitter.flush()
+
+    async def _skip_stage(self: OrchestratorBase, run: RunState, stage_id: int) -> None:
+        """A stage got no usable input: it finishes empty (a synthetic empty terminal if final)."""
+        run.stages[stage_id].submitted = True
+        await self.route(run, stage_id, StageOutput(request_id=run.run_id, finished=True,
+                                                   finish_reason="stop"))
+
+    # ------------------------------------------------------------------------------------------
+    # terminals
+    # ------------------------------------------------------------------------------------------
+    async def fail_run(
+        self: OrchestratorBase, run: RunState, stage_id: int, error: ErrorInfo
+    ) -> None:
+        """Request-scoped failure: the whole request (all its runs) gets one error terminal."""
+        owner = run.companion_of or run
+        if owner.terminal:
+            return
+        parent = owner.parent
+        victims: dict[str, RunState] = {}
+        for run_id in sorted(parent.live):
+            self._collect_runs(self.runs[run_id], victims)
+        await self._physical_abort(list(victims.values()))
+        stage = self.pipeline.stages[stage_id]
+        for victim in victims.values():
+            if not victim.terminal:
+                self._terminate_run(victim, "error", error)
+        self.emitter.emit(
+            parent.stream,
+            OmniRequestOutput(
+                request_id=parent.request_id,
+                index=owner.index,
+                stage_id=stage_id,
+                stage_name=stage.name,
+                output_type=stage.config.final_output_type,
+                finished=True,
+                finish_reason="error",
+                error=error,
+            ),
+        )
+
+    def _abort_outputs(self: OrchestratorBase, run: RunState, reason: str) -> list[
+            OmniRequestOutput]:
+        """One abort output per unfinished final stage, in stage order; the last may be terminal.
+
+        AR stages carry the generated prefix; whole-output stages carry nothing and say
+        ``whole_sample_retry``.
+        """
+        pending = [sid for sid in run.finals if sid not in run.finished_finals] or [run.finals[-1]]
+        last_of_request = run.parent.live == {run.run_id}
+        outputs = []
+        for i, sid in enumerate(pending):
+            stage = self.pipeline.stages[sid]
+            result = run.stages[sid].result
+            whole = stage.output_mode == "whole"
+            output = OmniRequestOutput(
+                request_id=run.parent.request_id,
+                index=run.index,
+                stage_id=sid,
+                stage_name=stage.name,
+                output_type=stage.config.final_output_type,
+                finished=last_of_request and i == len(pending) - 1,
+                finish_reason=reason,
+                text="" if whole else result.text,
+                token_ids=[] if whole else list(result.token_ids),
+                logprobs=None if whole or not result.logprobs else list(result.logprobs),
+                whole_sample_retry=whole,
+            )
+            outputs.append(output)
+            self.emitter.emit(run.parent.stream, output)
+        return outputs
+
+    def _terminate_run(
+        self: OrchestratorBase, run: RunState, finish_reason: str, error: ErrorInfo | None
+    ) -> None:
+        """The one place a run becomes terminal: tables, bindings, companions, parent, hooks."""
+        if run.terminal:
+            return
+        run.terminal = True
+        self.runs.pop(run.run_id, None)
+        for sid, sr in run.stages.items():
+            if sr.replica is not None:
+                self.pools[sid].bound[sr.replica].discard(run.run_id)
+        ended = [run.run_id]
+        for companion in run.companions:
+            if not companion.terminal:
+                if any(s.submitted and not s.finished and not s.aborted
+                       for s in companion.stages.values()):
+                    self.spawn(self._abort_quietly(companion))
+                self._terminate_run(companion, finish_reason, error)
+        parent = run.parent
+        if run.visible:
+            parent.live.discard(run.run_id)
+            if not parent.live:
+                if self.parents.get(parent.request_id) is parent:
+                    del self.parents[parent.request_id]
+                if parent.deadline is not None:
+                    parent.deadline.cancel()
+        self._cleanup_request_ids(ended, finish_reason, error)
+
+    async def _abort_quietly(self: OrchestratorBase, run: RunState) -> None:
+        error = await self._physical_abort([run])
+        if error:
+            logger.warning("abort of companion %s failed: %s", run.run_id, error)
+
+    def _on_deadline(self: OrchestratorBase, request_id: str) -> None:
+        if request_id in self.parents:
+            self.spawn(self._expire(request_id))
+
+    async def _expire(self: OrchestratorBase, request_id: str) -> None:
+        result = await self.abort([request_id], reason="timeout")
+        if not result.success:
+            logger.warning("deadline abort of %s failed: %s", request_id, result.error)
+        self.emitter.flush()
+
+
+def _unavailable(stage_name: str) -> ErrorInfo:
+    return ErrorInfo(
+        type="StageUnavailableError",
+        message=f"stage '{stage_name}' has no live replica",
+        status_code=503,
+        retryable=True,
+    )

@@ -1,0 +1,57 @@
+"""Request state owned by the orchestrator loop (never touched from another thread)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from omni_core.outputs import StageResult
+from omni_core.sampling import SamplingParams
+
+
+@dataclass(slots=True)
+class StageRun:
+    """One request in one stage."""
+
+    result: StageResult
+    replica: int | None = None
+    submitted: bool = False
+    finished: bool = False
+    aborted: bool = False  # the physical abort succeeded (a retry skips it)
+    deferred: bool = False
+    stream_buffer: StageResult | None = None  # upstream outputs not yet sent (stream edge)
+    stream_count: int = 0
+
+
+@dataclass(slots=True)
+class ParentState:
+    """What the caller asked for: one request id, one stream, one terminal."""
+
+    request_id: str
+    stream: Any
+    live: set[str] = field(default_factory=set)
+    deadline: asyncio.TimerHandle | None = None
+
+
+@dataclass(slots=True)
+class RunState:
+    """One pipeline run: the request itself, a parallel-sampling child, or a companion."""
+
+    run_id: str
+    parent: ParentState
+    index: int
+    prompt: Any
+    params: dict[int, SamplingParams]
+    needed: frozenset[int]
+    finals: tuple[int, ...]
+    stages: dict[int, StageRun]
+    companion_of: RunState | None = None
+    companions: list[RunState] = field(default_factory=list)
+    finished_finals: set[int] = field(default_factory=set)
+    terminal: bool = False
+    tags: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def visible(self) -> bool:
+        return self.companion_of is None

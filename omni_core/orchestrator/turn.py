@@ -1,0 +1,99 @@
+"""``Orchestrator``: the turn-based orchestrator (one prompt in, streamed outputs out)."""
+
+from __future__ import annotations
+
+import logging
+
+from omni_core.errors import PluginError
+from omni_core.messages import AddRequest, EngineMessage
+from omni_core.orchestrator.base import OrchestratorBase
+from omni_core.orchestrator.state import ParentState, RunState
+from omni_core.outputs import ErrorInfo, OmniRequestOutput
+
+logger = logging.getLogger(__name__)
+
+
+def child_id(request_id: str, index: int) -> str:
+    """The id of parallel-sampling child ``index`` of ``request_id`` (vLLM's convention)."""
+    return f"{index}_{request_id}"
+
+
+class Orchestrator(OrchestratorBase):
+    async def _dispatch_message(self, msg: EngineMessage) -> bool:
+        if isinstance(msg, AddRequest):
+            await self.admit(msg)
+            return True
+        return False
+
+    async def admit(self, msg: AddRequest) -> None:
+        """Register a request (children, companions: all or nothing) and submit it."""
+        rid = msg.request_id
+        needed, finals = self.plan(msg.modalities)
+        parent = ParentState(rid, msg.stream)
+        if rid in self.parents:
+            self._reject(parent, finals, ErrorInfo(
+                type="RequestError", message=f"request id '{rid}' is already in flight",
+                status_code=400))
+            return
+        for sid in sorted(needed):
+            if not self.pools[sid].has_live():
+                self._reject(parent, finals, ErrorInfo(
+                    type="StageUnavailableError",
+                    message=f"stage '{self.pools[sid].stage.name}' has no live replica",
+                    status_code=503, retryable=True))
+                return
+        first = self.order[0]
+        n = msg.params[first].n
+        runs = [
+            self.new_run(rid if n == 1 else child_id(rid, i), parent, i, msg.prompt, msg.params,
+                         needed, finals)
+            for i in range(n)
+        ]
+        try:
+            companions = [self._companions(run) for run in runs]
+        except PluginError as exc:
+            self._reject(parent, finals, ErrorInfo.from_exception(exc, status_code=400))
+            return
+        self.parents[rid] = parent
+        for run, extra in zip(runs, companions, strict=True):
+            self.register_run(run)
+            for companion in extra:
+                self.register_run(companion)
+        deadline = msg.params[first].deadline_s
+        if deadline is not None:
+            parent.deadline = self.loop.call_later(deadline, self._on_deadline, rid)
+        for run in runs:
+            if run.terminal:
+                continue
+            await self.start_run(run)
+            for companion in run.companions:
+                if not companion.terminal:
+                    await self.start_run(companion)
+
+    def _companions(self, run: RunState) -> list[RunState]:
+        if not self.hooks.has_admission:
+            return []
+        made: list[RunState] = []
+        for admission in self.hooks.admit_request(
+            request_id=run.run_id, prompt=run.prompt, pipeline=self.pipeline.config,
+            orchestrator=self,
+        ):
+            run.tags.update(admission.tags)
+            for spec in admission.companions:
+                params = dict(run.params)
+                if spec.sampling_params is not None:
+                    params = {sid: spec.sampling_params for sid in params}
+                companion = self.new_run(run.run_id + spec.suffix, run.parent, run.index,
+                                         spec.prompt, params, run.needed, run.finals)
+                companion.companion_of = run
+                companion.tags.update(spec.metadata)
+                made.append(companion)
+        run.companions = made
+        return made
+
+    def _reject(self, parent: ParentState, finals: tuple[int, ...], error: ErrorInfo) -> None:
+        stage = self.pipeline.stages[finals[-1]]
+        self.emitter.emit(parent.stream, OmniRequestOutput(
+            request_id=parent.request_id, stage_id=stage.id, stage_name=stage.name,
+            output_type=stage.config.final_output_type, finished=True, finish_reason="error",
+            error=error))

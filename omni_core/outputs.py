@@ -1,0 +1,103 @@
+"""What stages emit and what callers receive."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+
+class ErrorInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """A request-scoped failure: ``type`` (error class name), ``message``, HTTP-like status code."""
+
+    type: str
+    message: str
+    status_code: int = 500
+    retryable: bool = False
+
+    @classmethod
+    def from_exception(
+        cls, exc: BaseException, status_code: int = 500, retryable: bool = False
+    ) -> ErrorInfo:
+        return cls(
+            type=type(exc).__name__, message=str(exc), status_code=status_code, retryable=retryable
+        )
+
+
+class StageOutput(msgspec.Struct, kw_only=True):
+    """One output of a stage replica for one request: a delta, as a streaming engine emits it.
+
+    ``token_ids`` and ``text`` are the *new* tokens/text. ``payload`` is the engine's own object
+    (vLLM's ``RequestOutput``, an audio array, an image ...). ``error`` set means the request failed
+    in this stage (request-scoped).
+    """
+
+    request_id: str
+    token_ids: list[int] = msgspec.field(default_factory=list)
+    text: str = ""
+    payload: Any = None
+    finished: bool = False
+    finish_reason: str | None = None
+    logprobs: list[Any] | None = None
+    error: ErrorInfo | None = None
+
+
+class StageResult(msgspec.Struct, kw_only=True):
+    """Everything one stage produced so far for one request; what bridges receive."""
+
+    stage_id: int
+    stage_name: str
+    token_ids: list[int] = msgspec.field(default_factory=list)
+    text: str = ""
+    payloads: list[Any] = msgspec.field(default_factory=list)
+    logprobs: list[Any] = msgspec.field(default_factory=list)
+    finished: bool = False
+    finish_reason: str | None = None
+
+    def add(self, out: StageOutput) -> None:
+        if out.token_ids:
+            self.token_ids.extend(out.token_ids)
+        if out.text:
+            self.text += out.text
+        if out.payload is not None:
+            self.payloads.append(out.payload)
+        if out.logprobs:
+            self.logprobs.extend(out.logprobs)
+        if out.finished:
+            self.finished = True
+            self.finish_reason = out.finish_reason
+
+
+class OmniRequestOutput(msgspec.Struct, kw_only=True):
+    """One output a caller receives from ``generate()``.
+
+    ``finished`` is request-terminal: exactly one output per request has it set (or ``generate()``
+    raises :class:`~omni_core.errors.EngineDeadError`). ``finish_reason`` is set on the last
+    output of each final stage (``stop``, ``length``, ``abort``, ``timeout``, ``error``).
+    ``text``/``token_ids`` are deltas, except on an abort output, which carries the whole
+    generated prefix. ``whole_sample_retry`` marks the abort of a whole-output (diffusion-type)
+    stage: no partial result exists, the sample must be redone.
+    """
+
+    request_id: str
+    stage_id: int
+    stage_name: str
+    output_type: str
+    index: int = 0
+    finished: bool = False
+    finish_reason: str | None = None
+    text: str = ""
+    token_ids: list[int] = msgspec.field(default_factory=list)
+    payload: Any = None
+    logprobs: list[Any] | None = None
+    error: ErrorInfo | None = None
+    whole_sample_retry: bool = False
+    metrics: dict[str, float] = msgspec.field(default_factory=dict)
+
+
+class AbortResult(msgspec.Struct, kw_only=True):
+    """Answer of ``abort_async``: ``outputs`` are the abort outputs the callers also received."""
+
+    success: bool
+    error: str | None = None
+    outputs: list[OmniRequestOutput] = msgspec.field(default_factory=list)

@@ -1,0 +1,1 @@
+"""Pipelines shipped with omni-core (registered by the built-in plugin)."""

@@ -1,0 +1,59 @@
+"""Built-in plugin: the ``python`` stage kind, the ``turn`` engine, bridges, named pipelines.
+
+Registered like any third-party plugin (it can even be disabled as ``builtin``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from importlib import resources
+
+from omni_core.config.pipeline import PipelineConfig
+from omni_core.plugin import PLUGIN_API_VERSION, hookimpl
+from omni_core.plugin.types import Bridge, EngineKind, PipelineSpec, StageKind
+
+OMNI_PLUGIN_API_VERSION = PLUGIN_API_VERSION
+
+
+@hookimpl
+def omni_register_stage_kinds() -> Iterable[StageKind]:
+    from omni_core.stage.python_kind import PythonStageArgs, make_python_client
+
+    return [
+        StageKind(
+            name="python",
+            client_factory=make_python_client,
+            config_model=PythonStageArgs,
+            description="a user callable (function, or sync/async generator for streaming)",
+        )
+    ]
+
+
+@hookimpl
+def omni_register_engine_kinds() -> Iterable[EngineKind]:
+    from omni_core.engine.async_engine import AsyncOmniEngine
+
+    return [EngineKind("turn", AsyncOmniEngine, "turn-based: prompt in, streamed outputs out")]
+
+
+@hookimpl
+def omni_register_bridges() -> Iterable[Bridge]:
+    from omni_core.stage.bridges import default_bridge, text_bridge
+
+    return [
+        Bridge("tokens", default_bridge, "upstream token ids (else text) as the next prompt"),
+        Bridge("text", text_bridge, "upstream text as the next prompt"),
+    ]
+
+
+def _packaged(name: str) -> PipelineSpec:
+    def load() -> PipelineConfig:
+        text = resources.files("omni_core.pipelines").joinpath(f"{name}.yaml").read_text()
+        return PipelineConfig.from_yaml_text(text, source=f"<pipeline {name}>")
+
+    return PipelineSpec(name, load, "built-in pipeline")
+
+
+@hookimpl
+def omni_register_pipelines() -> Iterable[PipelineSpec]:
+    return [_packaged("scripted-chain")]

@@ -1,0 +1,217 @@
+"""``PluginHost``: the typed facade over the plugin manager. The only caller of ``pm.hook``."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from omni_core.errors import PluginConflictError, PluginError
+from omni_core.plugin.types import (
+    Admission,
+    Bridge,
+    CliGroup,
+    ConfigSection,
+    EngineKind,
+    ForwardGate,
+    PipelineSpec,
+    ServerRoute,
+    StageKind,
+)
+
+if TYPE_CHECKING:
+    from omni_core.config.settings import OmniSettings
+    from omni_core.outputs import ErrorInfo, StageOutput
+    from omni_core.plugin.manager import OmniPluginManager
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class PluginHost:
+    """Calls hooks with types; caches registrations; reports conflicts naming both providers."""
+
+    def __init__(self, pm: OmniPluginManager, settings: OmniSettings | None = None) -> None:
+        from omni_core.config.settings import OmniSettings
+
+        self.pm = pm
+        self.settings = settings or OmniSettings()
+        self._registry: dict[str, dict[str, tuple[str, Any]]] = {}
+        # Hot-path hooks: checked once whether anyone implements them.
+        self.has_output_observers = bool(pm.hook.omni_stage_output.get_hookimpls())
+        self.has_output_interceptors = bool(
+            pm.hook.omni_intercept_stage_output.get_hookimpls()
+        )
+        self.has_forward_gates = bool(pm.hook.omni_forward_gate.get_hookimpls())
+        self.has_admission = bool(pm.hook.omni_admit_request.get_hookimpls())
+
+    @classmethod
+    def create(cls, settings: OmniSettings | None = None, **kwargs: Any) -> PluginHost:
+        from omni_core.plugin.manager import create_plugin_manager
+
+        return cls(create_plugin_manager(settings, **kwargs), settings)
+
+    # --- generic calling ----------------------------------------------------------------------
+    def _each(self, hook_name: str, **kwargs: Any) -> Iterator[tuple[str, Any]]:
+        """Call every impl of a hook in pluggy's order, yielding (plugin name, result)."""
+        caller = getattr(self.pm.hook, hook_name)
+        for impl in reversed(caller.get_hookimpls()):
+            args = {name: kwargs[name] for name in impl.argnames}
+            yield impl.plugin_name, impl.function(**args)
+
+    def _observe(self, hook_name: str, **kwargs: Any) -> None:
+        caller = getattr(self.pm.hook, hook_name)
+        for impl in reversed(caller.get_hookimpls()):
+            try:
+                impl.function(**{name: kwargs[name] for name in impl.argnames})
+            except Exception:
+                logger.exception("plugin %r failed in %s", impl.plugin_name, hook_name)
+
+    def _registered(self, hook_name: str, expected: type[T]) -> dict[str, tuple[str, T]]:
+        if hook_name in self._registry:
+            return self._registry[hook_name]
+        found: dict[str, tuple[str, T]] = {}
+        for plugin, items in self._each(hook_name):
+            for item in items or ():
+                if not isinstance(item, expected):
+                    raise PluginError(
+                        f"plugin '{plugin}': {hook_name} returned {type(item).__name__}, "
+                        f"expected {expected.__name__}"
+                    )
+                name = item.name  # type: ignore[attr-defined]
+                if name in found:
+                    raise PluginConflictError(
+                        f"{expected.__name__} '{name}' is provided by two plugins: "
+                        f"'{found[name][0]}' and '{plugin}'"
+                    )
+                found[name] = (plugin, item)
+        self._registry[hook_name] = found
+        return found
+
+    # --- registrations --------------------------------------------------------------------------
+    def stage_kinds(self) -> dict[str, StageKind]:
+        return {k: v for k, (_, v) in self._registered("omni_register_stage_kinds", StageKind).items()}
+
+    def stage_kind_providers(self) -> dict[str, str]:
+        return {k: p for k, (p, _) in self._registered("omni_register_stage_kinds", StageKind).items()}
+
+    def bridges(self) -> dict[str, Bridge]:
+        return {k: v for k, (_, v) in self._registered("omni_register_bridges", Bridge).items()}
+
+    def pipelines(self) -> dict[str, PipelineSpec]:
+        return {
+            k: v for k, (_, v) in self._registered("omni_register_pipelines", PipelineSpec).items()
+        }
+
+    def engine_kinds(self) -> dict[str, EngineKind]:
+        return {
+            k: v for k, (_, v) in self._registered("omni_register_engine_kinds", EngineKind).items()
+        }
+
+    def config_sections(self) -> dict[str, ConfigSection]:
+        return {
+            k: v
+            for k, (_, v) in self._registered("omni_register_config_sections", ConfigSection).items()
+        }
+
+    def cli_groups(self) -> list[tuple[str, CliGroup]]:
+        return [(p, g) for _, (p, g) in self._registered("omni_register_cli_groups", CliGroup).items()]
+
+    def server_routes(self) -> list[ServerRoute]:
+        return [
+            r for _, (_, r) in self._registered("omni_register_server_routes", ServerRoute).items()
+        ]
+
+    def hooks_of(self, plugin_name: str) -> list[str]:
+        plugin = self.pm.get_plugin(plugin_name)
+        if plugin is None:
+            return []
+        return sorted(c.name for c in self.pm.get_hookcallers(plugin) or ())
+
+    # --- lifecycle decisions (orchestrator thread) -------------------------------------------
+    def admit_request(self, **kwargs: Any) -> list[Admission]:
+        """All impls' admissions. Raises PluginError naming the plugin that failed."""
+        result = []
+        caller = self.pm.hook.omni_admit_request
+        for impl in reversed(caller.get_hookimpls()):
+            try:
+                admission = impl.function(**{n: kwargs[n] for n in impl.argnames})
+            except Exception as exc:
+                raise PluginError(
+                    f"plugin '{impl.plugin_name}' rejected the request: {type(exc).__name__}: {exc}"
+                ) from exc
+            if admission is not None:
+                result.append(admission)
+        return result
+
+    def intercept_stage_output(
+        self, request_id: str, stage_id: int, output: StageOutput, orchestrator: Any
+    ) -> bool:
+        return bool(
+            self.pm.hook.omni_intercept_stage_output(
+                request_id=request_id, stage_id=stage_id, output=output, orchestrator=orchestrator
+            )
+        )
+
+    def forward_gates(self, request_id: str, stage_id: int, orchestrator: Any) -> list[ForwardGate]:
+        return [
+            g
+            for g in self.pm.hook.omni_forward_gate(
+                request_id=request_id, stage_id=stage_id, orchestrator=orchestrator
+            )
+            if g is not None
+        ]
+
+    def expand_abort(self, request_ids: list[str], orchestrator: Any) -> list[str]:
+        extra: list[str] = []
+        for ids in self.pm.hook.omni_expand_abort(
+            request_ids=request_ids, orchestrator=orchestrator
+        ):
+            extra.extend(ids or ())
+        return extra
+
+    def background_tasks(self, orchestrator: Any) -> list[Callable[[], Awaitable[None]]]:
+        tasks: list[Callable[[], Awaitable[None]]] = []
+        for factories in self.pm.hook.omni_background_tasks(orchestrator=orchestrator):
+            tasks.extend(factories or ())
+        return tasks
+
+    def shutdown_extensions(self, orchestrator: Any) -> list[Callable[[], Awaitable[None]]]:
+        return [f for f in self.pm.hook.omni_shutdown(orchestrator=orchestrator) if f is not None]
+
+    # --- observers --------------------------------------------------------------------------------
+    def request_admitted(self, request_id: str, orchestrator: Any) -> None:
+        self._observe("omni_request_admitted", request_id=request_id, orchestrator=orchestrator)
+
+    def stage_submitted(
+        self, request_id: str, stage_id: int, replica: int, orchestrator: Any
+    ) -> None:
+        self._observe(
+            "omni_stage_submitted",
+            request_id=request_id,
+            stage_id=stage_id,
+            replica=replica,
+            orchestrator=orchestrator,
+        )
+
+    def stage_output(
+        self, request_id: str, stage_id: int, output: StageOutput, orchestrator: Any
+    ) -> None:
+        self._observe(
+            "omni_stage_output",
+            request_id=request_id,
+            stage_id=stage_id,
+            output=output,
+            orchestrator=orchestrator,
+        )
+
+    def request_terminal(
+        self, request_id: str, finish_reason: str, error: ErrorInfo | None, orchestrator: Any
+    ) -> None:
+        self._observe(
+            "omni_request_terminal",
+            request_id=request_id,
+            finish_reason=finish_reason,
+            error=error,
+            orchestrator=orchestrator,
+        )

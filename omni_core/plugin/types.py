@@ -1,0 +1,153 @@
+"""Frozen dataclasses that plugins return from the registration hooks."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from omni_core.errors import PluginError
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from omni_core.config.pipeline import PipelineConfig, StageConfig
+    from omni_core.stage.client import StageClient, StageContext
+
+_NAME = re.compile(r"^[a-z][a-z0-9_.-]*$")
+
+
+def _check_name(kind: str, name: str) -> None:
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise PluginError(f"{kind} name {name!r} is invalid: use lowercase letters, digits, '-_.'")
+
+
+StageClientFactory = Callable[["StageConfig", int, "StageContext"], "StageClient"]
+
+
+@dataclass(frozen=True, slots=True)
+class StageKind:
+    """A kind of stage engine (``kind:`` in a pipeline's stage).
+
+    ``client_factory(stage_config, replica_index, context)`` builds one replica's client; it is
+    called on the orchestrator thread. ``config_model`` validates the stage's ``engine_args``.
+    ``output_mode`` is ``"ar"`` (token by token, abort yields the prefix) or ``"whole"`` (one
+    result, abort is a whole-sample retry); an engine_args field ``output`` overrides it.
+    """
+
+    name: str
+    client_factory: StageClientFactory
+    config_model: type[BaseModel]
+    description: str = ""
+    output_mode: str = "ar"
+
+    def __post_init__(self) -> None:
+        _check_name("stage kind", self.name)
+        if self.output_mode not in ("ar", "whole"):
+            raise PluginError(f"stage kind {self.name!r}: output_mode must be 'ar' or 'whole'")
+
+
+@dataclass(frozen=True, slots=True)
+class Bridge:
+    """Turns upstream stage results into one downstream stage input (``bridge:`` in a stage).
+
+    ``func(sources, original_prompt, params)`` gets one :class:`~omni_core.outputs.StageResult`
+    per upstream stage (in ``inputs`` order) and returns the next prompt (token ids, str or dict),
+    or ``None`` when there is nothing to forward yet.
+    """
+
+    name: str
+    func: Callable[..., Any]
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        _check_name("bridge", self.name)
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineSpec:
+    """A named pipeline (``omni run NAME``). ``load()`` returns its :class:`PipelineConfig`."""
+
+    name: str
+    load: Callable[[], PipelineConfig]
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        _check_name("pipeline", self.name)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineKind:
+    """An engine class selected by a pipeline's ``engine:`` field (default ``turn``)."""
+
+    name: str
+    engine_class: type[Any]
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        _check_name("engine kind", self.name)
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigSection:
+    """An extra top-level section of a pipeline file, validated by ``model``."""
+
+    name: str
+    model: type[BaseModel]
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        _check_name("config section", self.name)
+
+
+@dataclass(frozen=True, slots=True)
+class CliGroup:
+    """A typer app mounted as ``omni NAME ...``."""
+
+    name: str
+    app: Any
+    help: str = ""
+
+    def __post_init__(self) -> None:
+        _check_name("CLI group", self.name)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerRoute:
+    """An HTTP/WebSocket route mounted by ``omni serve``; ``mount(app, engine)`` adds it."""
+
+    name: str
+    mount: Callable[[Any, Any], None]
+    description: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Companion:
+    """An extra internal request admitted beside a caller's request (hidden from the caller)."""
+
+    suffix: str
+    prompt: Any
+    sampling_params: Any = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """What ``omni_admit_request`` adds to a request: companions and free-form tags."""
+
+    companions: tuple[Companion, ...] = ()
+    tags: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ForwardGate:
+    """What ``omni_forward_gate`` says about forwarding a request to a stage.
+
+    ``defer=True`` holds the forward until the plugin calls
+    ``orchestrator.release_forward(request_id, stage_id)``. ``extra_sources`` are appended to the
+    bridge's sources when the forward happens.
+    """
+
+    defer: bool = False
+    extra_sources: tuple[Any, ...] = ()

@@ -1,0 +1,1 @@
+"""Stage clients (transport and lifecycle of one replica) and stage pools."""

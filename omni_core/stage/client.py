@@ -1,0 +1,66 @@
+"""The protocol every stage replica client implements: transport and lifecycle, never routing."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import msgspec
+
+from omni_core.outputs import StageOutput
+from omni_core.sampling import SamplingParams
+
+# Control RPCs whose worker exceptions must reach the caller (never ``{"supported": False}``).
+CONTROL_METHODS = frozenset({"sleep", "wake_up", "pause_scheduler", "resume_scheduler"})
+
+
+class StageRequest(msgspec.Struct, kw_only=True):
+    """A request as one stage replica receives it.
+
+    ``prompt`` is token ids, a string or a dict with multimodal parts. ``streaming_input`` says that
+    more input will follow through :meth:`StageClient.add_input` (a ``stream`` edge).
+    """
+
+    request_id: str
+    prompt: Any
+    params: SamplingParams
+    streaming_input: bool = False
+
+
+@dataclass(frozen=True)
+class StageContext:
+    """What a stage-kind factory gets besides its stage config."""
+
+    pipeline_name: str
+    settings: Any
+    logger: logging.Logger = field(default_factory=lambda: logging.getLogger("omni_core.stage"))
+
+
+@runtime_checkable
+class StageClient(Protocol):
+    """One replica of one stage. All coroutines run on the orchestrator loop.
+
+    ``get_outputs`` waits until at least one output is ready and returns every ready one (the
+    orchestrator keeps exactly one such reader per replica). A dead replica makes
+    ``get_outputs``/``add_request`` raise :class:`~omni_core.errors.EngineDeadError`. Unsupported
+    RPC methods raise ``NotImplementedError``.
+    """
+
+    async def start(self) -> None: ...
+
+    async def add_request(self, request: StageRequest) -> None: ...
+
+    async def add_input(self, request_id: str, prompt: Any, final: bool) -> None: ...
+
+    async def abort(self, request_ids: list[str]) -> None: ...
+
+    async def collective_rpc(
+        self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any: ...
+
+    async def get_outputs(self) -> list[StageOutput]: ...
+
+    def is_healthy(self) -> bool: ...
+
+    async def shutdown(self) -> None: ...

@@ -1,0 +1,79 @@
+"""``StagePool``: the replicas of one logical stage, sticky bindings, round-robin pick.
+
+Placement only: which replica serves a request. Which stage comes next is the orchestrator's.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from omni_core.errors import StartupError
+from omni_core.stage.client import StageClient, StageContext
+
+if TYPE_CHECKING:
+    from omni_core.config.resolve import ResolvedStage
+
+logger = logging.getLogger(__name__)
+
+
+class StagePool:
+    def __init__(self, stage: ResolvedStage, context: StageContext) -> None:
+        self.stage = stage
+        self.context = context
+        self.clients: list[StageClient | None] = [None] * stage.config.replicas
+        self.bound: list[set[str]] = [set() for _ in self.clients]
+        self.restarts = 0
+        self._next = 0
+
+    @property
+    def stage_id(self) -> int:
+        return self.stage.id
+
+    def new_client(self, replica: int) -> StageClient:
+        return self.stage.kind.client_factory(self.stage.config, replica, self.context)
+
+    async def start_replica(self, replica: int) -> StageClient:
+        label = f"stage '{self.stage.name}' (id {self.stage.id}) replica {replica}"
+        try:
+            client = self.new_client(replica)
+            await client.start()
+        except Exception as exc:
+            raise StartupError(f"{label} failed to start: {type(exc).__name__}: {exc}") from exc
+        self.clients[replica] = client
+        return client
+
+    def live(self) -> list[int]:
+        return [i for i, c in enumerate(self.clients) if c is not None]
+
+    def has_live(self) -> bool:
+        return any(c is not None for c in self.clients)
+
+    def pick(self, prefer: int | None = None) -> int | None:
+        """A live replica: ``prefer`` if it is live, else the next one round-robin."""
+        if prefer is not None and self.clients[prefer] is not None:
+            return prefer
+        n = len(self.clients)
+        for offset in range(n):
+            idx = (self._next + offset) % n
+            if self.clients[idx] is not None:
+                self._next = (idx + 1) % n
+                return idx
+        return None
+
+    def client(self, replica: int) -> StageClient | None:
+        return self.clients[replica]
+
+    def evict(self, replica: int) -> tuple[StageClient | None, set[str]]:
+        client, self.clients[replica] = self.clients[replica], None
+        bound, self.bound[replica] = self.bound[replica], set()
+        return client, bound
+
+    def healthy(self, replica: int) -> bool:
+        client = self.clients[replica]
+        if client is None:
+            return False
+        try:
+            return bool(client.is_healthy())
+        except Exception:
+            return False

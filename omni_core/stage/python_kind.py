@@ -1,0 +1,162 @@
+"""The ``python`` stage kind: the engine is a user callable given by dotted path.
+
+The callable gets ``(prompt, params)`` and returns one whole result, or is a sync/async generator
+yielding results one by one (streaming). A ``str`` result becomes ``text``, a list of ints
+``token_ids``, anything else ``payload``. Sync callables run in a worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, field_validator
+
+from omni_core.outputs import ErrorInfo, StageOutput
+from omni_core.stage.client import StageContext, StageRequest
+from omni_core.stage.local import LocalStageClient
+
+_END = object()
+
+
+class PythonStageArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    callable: str
+    kwargs: dict[str, Any] = {}
+
+    @field_validator("callable")
+    @classmethod
+    def _importable(cls, value: str) -> str:
+        import_callable(value)
+        return value
+
+
+def import_callable(path: str) -> Callable[..., Any]:
+    module_name, sep, attr = path.partition(":")
+    if not sep:
+        module_name, _, attr = path.rpartition(".")
+    try:
+        func = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise ValueError(f"cannot import '{path}': {exc}") from None
+    if not callable(func):
+        raise ValueError(f"'{path}' is not callable")
+    return func  # type: ignore[no-any-return]
+
+
+def _as_output(request_id: str, item: Any) -> StageOutput:
+    if isinstance(item, StageOutput):
+        item.request_id = request_id
+        return item
+    if isinstance(item, str):
+        return StageOutput(request_id=request_id, text=item)
+    if isinstance(item, list) and all(isinstance(t, int) for t in item):
+        return StageOutput(request_id=request_id, token_ids=item)
+    return StageOutput(request_id=request_id, payload=item)
+
+
+class PythonStageClient(LocalStageClient):
+    def __init__(self, label: str, args: PythonStageArgs) -> None:
+        super().__init__(label)
+        self._func = import_callable(args.callable)
+        self._kwargs = args.kwargs
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._cancelled: set[str] = set()
+
+    async def add_request(self, request: StageRequest) -> None:
+        self._check_alive()
+        task = asyncio.get_running_loop().create_task(self._run(request))
+        self._tasks[request.request_id] = task
+        task.add_done_callback(lambda _t, rid=request.request_id: self._tasks.pop(rid, None))
+
+    async def _run(self, request: StageRequest) -> None:
+        rid = request.request_id
+        try:
+            result = self._func(request.prompt, request.params, **self._kwargs)
+            if inspect.isasyncgen(result):
+                last: StageOutput | None = None
+                async for item in result:
+                    if last is not None:
+                        self._emit(last)
+                    last = _as_output(rid, item)
+                self._finish(rid, last)
+            elif inspect.isgenerator(result):
+                await self._drain_sync_generator(rid, result)
+            else:
+                if inspect.isawaitable(result):
+                    value = await result
+                else:
+                    value = await asyncio.to_thread(lambda: result)
+                self._finish(rid, _as_output(rid, value))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            if rid not in self._cancelled:
+                self._emit(
+                    StageOutput(
+                        request_id=rid,
+                        finished=True,
+                        finish_reason="error",
+                        error=ErrorInfo.from_exception(exc),
+                    )
+                )
+
+    async def _drain_sync_generator(self, rid: str, gen: Any) -> None:
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        stop = threading.Event()
+
+        def pump() -> None:
+            try:
+                for item in gen:
+                    if stop.is_set():
+                        break
+                    loop.call_soon_threadsafe(queue.put_nowait, item)
+                loop.call_soon_threadsafe(queue.put_nowait, _END)
+            except Exception as exc:
+                loop.call_soon_threadsafe(queue.put_nowait, exc)
+
+        worker = threading.Thread(target=pump, name=f"{self.label}-{rid}", daemon=True)
+        worker.start()
+        last: StageOutput | None = None
+        try:
+            while True:
+                item = await queue.get()
+                if item is _END:
+                    break
+                if isinstance(item, Exception):
+                    raise item
+                if last is not None:
+                    self._emit(last)
+                last = _as_output(rid, item)
+        finally:
+            stop.set()
+        self._finish(rid, last)
+
+    def _finish(self, rid: str, last: StageOutput | None) -> None:
+        out = last or StageOutput(request_id=rid)
+        out.finished = True
+        out.finish_reason = out.finish_reason or "stop"
+        self._emit(out)
+
+    async def abort(self, request_ids: list[str]) -> None:
+        for rid in request_ids:
+            task = self._tasks.pop(rid, None)
+            if task is not None:
+                self._cancelled.add(rid)
+                task.cancel()
+
+    async def shutdown(self) -> None:
+        for task in list(self._tasks.values()):
+            task.cancel()
+        await super().shutdown()
+
+
+def make_python_client(stage: Any, replica: int, context: StageContext) -> PythonStageClient:
+    args = PythonStageArgs.model_validate(stage.engine_args)
+    return PythonStageClient(f"stage '{stage.name}' replica {replica}", args)

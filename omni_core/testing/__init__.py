@@ -1,0 +1,27 @@
+"""The omni-core testing kit for plugin authors.
+
+* the ``scripted`` stage kind (:mod:`omni_core.testing.scripted`): deterministic outputs, fault
+  injection (``fail_after``, ``die_after``, ``hang_after``, ``abort_fails``, ``rpc_error``) and
+  ``process: true`` replicas;
+* pytest fixtures, opt-in with ``pytest_plugins = ["omni_core.testing"]``: ``omni_settings``,
+  ``plugin_host`` (a fresh plugin manager per test), ``fake_entry_points``, ``make_engine``
+  (an engine from a YAML string, shut down after the test).
+
+Importing this package outside pytest does not import pytest.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from omni_core.testing.scripted_core import ScriptedArgs, prompt_tokens, scripted_token
+
+if "pytest" in sys.modules:  # loaded as a pytest plugin: expose the fixtures
+    from omni_core.testing.fixtures import (  # noqa: F401
+        fake_entry_points,
+        make_engine,
+        omni_settings,
+        plugin_host,
+    )
+
+__all__ = ["ScriptedArgs", "prompt_tokens", "scripted_token"]

@@ -1,0 +1,112 @@
+"""pytest fixtures of the testing kit (loaded by ``pytest_plugins = ["omni_core.testing"]``)."""
+
+from __future__ import annotations
+
+import sys
+import types
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from omni_core.config.pipeline import PipelineConfig
+from omni_core.config.settings import OmniSettings
+from omni_core.engine.base import OmniEngineBase
+from omni_core.engine.factory import create_engine
+from omni_core.plugin import ENTRY_POINT_GROUP
+from omni_core.plugin.hooks import PluginHost
+
+
+@dataclass
+class FakeDistribution:
+    name: str
+    version: str
+
+
+@dataclass
+class FakeEntryPoint:
+    """Quacks like ``importlib.metadata.EntryPoint`` for the plugin manager."""
+
+    name: str
+    value: str
+    dist: FakeDistribution
+    group: str = ENTRY_POINT_GROUP
+    target: Any = None
+
+    def load(self) -> Any:
+        if isinstance(self.target, BaseException):
+            raise self.target
+        if self.target is not None:
+            return self.target
+        __import__(self.value)
+        return sys.modules[self.value]
+
+
+@dataclass
+class FakeEntryPoints:
+    """Entry points the plugin manager sees instead of the installed ones."""
+
+    entries: list[FakeEntryPoint] = field(default_factory=list)
+
+    def add(
+        self,
+        name: str,
+        plugin: Any = None,
+        *,
+        distribution: str = "fake-plugin",
+        version: str = "1.0",
+        value: str | None = None,
+    ) -> FakeEntryPoint:
+        """Add a plugin: a module/object, an exception (import fails), or ``value`` to import."""
+        if value is None:
+            value = plugin.__name__ if isinstance(plugin, types.ModuleType) else f"fake.{name}"
+        ep = FakeEntryPoint(name, value, FakeDistribution(distribution, version), target=plugin)
+        self.entries.append(ep)
+        return ep
+
+
+@pytest.fixture
+def omni_settings(monkeypatch: pytest.MonkeyPatch) -> OmniSettings:
+    """Settings with short timeouts, read from a clean ``OMNI_*`` environment."""
+    import os
+
+    for key in list(os.environ):
+        if key.startswith("OMNI_"):
+            monkeypatch.delenv(key)
+    return OmniSettings(startup_timeout_s=30.0, shutdown_timeout_s=5.0)
+
+
+@pytest.fixture
+def fake_entry_points(monkeypatch: pytest.MonkeyPatch) -> FakeEntryPoints:
+    """Replace installed ``omni_core.plugins`` entry points with fakes (none by default)."""
+    fakes = FakeEntryPoints()
+    monkeypatch.setattr("omni_core.plugin.manager._iter_entry_points", lambda: list(fakes.entries))
+    return fakes
+
+
+@pytest.fixture
+def plugin_host(omni_settings: OmniSettings, fake_entry_points: FakeEntryPoints) -> PluginHost:
+    """A fresh plugin manager (built-ins plus ``fake_entry_points``) behind its facade."""
+    return PluginHost.create(omni_settings)
+
+
+@pytest.fixture
+def make_engine(
+    plugin_host: PluginHost, omni_settings: OmniSettings
+) -> Iterator[Callable[..., OmniEngineBase]]:
+    """``make_engine(yaml_text_or_config)`` → a started engine, shut down after the test."""
+    engines: list[OmniEngineBase] = []
+
+    def make(pipeline: str | PipelineConfig, **kwargs: Any) -> Any:
+        if isinstance(pipeline, str) and "\n" in pipeline:
+            pipeline = PipelineConfig.from_yaml_text(pipeline, source="<test pipeline>")
+        kwargs.setdefault("settings", omni_settings)
+        kwargs.setdefault("plugins", plugin_host)
+        engine = create_engine(pipeline, **kwargs)
+        engines.append(engine)
+        return engine
+
+    yield make
+    for engine in engines:
+        engine.shutdown()
