@@ -102,7 +102,8 @@ class PipelineConfig(BaseModel):
         try:
             config = cls.model_validate({**data, "source": source})
         except ValidationError as exc:
-            raise ConfigError(_readable(exc, data, source)) from None
+            raise ConfigError(_readable(exc, data, source) + _raw_edge_problems(data, source)
+                              ) from None
         problems = config.structural_problems()
         if problems:
             raise ConfigError(problems)
@@ -225,4 +226,23 @@ def _readable(exc: ValidationError, data: dict[str, Any], source: str) -> list[s
         else:
             msg = err["msg"]
         problems.append(f"{where}: field '{field}': {msg}")
+    return problems
+
+
+def _raw_edge_problems(data: dict[str, Any], source: str) -> list[str]:
+    """Unknown input ids, checked on the raw data when field validation already failed."""
+    stages = data.get("stages")
+    if not isinstance(stages, list):
+        return []
+    raw = [s for s in stages if isinstance(s, dict)]
+    ids = {s.get("id") for s in raw}
+    problems = []
+    for stage in raw:
+        for edge in stage.get("inputs") or ():
+            target = edge.get("stage") if isinstance(edge, dict) else edge
+            if isinstance(target, int) and target not in ids:
+                problems.append(
+                    f"{source}: stage '{stage.get('name')}' (id {stage.get('id')}): "
+                    f"field 'inputs': unknown stage id {target}"
+                )
     return problems

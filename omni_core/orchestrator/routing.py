@@ -7,6 +7,7 @@ runs only on the orchestrator loop.
 from __future__ import annotations
 
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 from omni_core.config.pipeline import InputEdge
@@ -110,7 +111,7 @@ class RoutingMixin:
             params=run.params[stage_id],
             streaming_input=streaming_input,
         )
-        sr.replica, sr.submitted = replica, True
+        sr.replica, sr.submitted, sr.t_submit = replica, True, time.monotonic()
         pool.bound[replica].add(run.run_id)
         try:
             await client.add_request(request)
@@ -153,8 +154,11 @@ class RoutingMixin:
         """Record one stage output, emit it if final, forward it, converge the terminal."""
         sr = run.stages[stage_id]
         sr.result.add(out)
+        if not sr.t_first:
+            sr.t_first = time.monotonic()
         if out.finished:
             sr.finished = True
+            sr.t_finish = time.monotonic()
             if sr.replica is not None:
                 self.pools[stage_id].bound[sr.replica].discard(run.run_id)
         if self._intercept_stage_output(run, stage_id, out):
@@ -191,8 +195,20 @@ class RoutingMixin:
                 token_ids=out.token_ids,
                 payload=out.payload,
                 logprobs=out.logprobs,
+                metrics=self._metrics(run) if last else {},
             ),
         )
+
+    def _metrics(self: OrchestratorBase, run: RunState) -> dict[str, float]:
+        """Per-stage timings (ms) of a run: time to first output and total, from submit."""
+        metrics: dict[str, float] = {}
+        for sid, sr in run.stages.items():
+            if sr.t_submit and sr.t_first:
+                name = self.pipeline.stages[sid].name
+                metrics[f"{name}.first_output_ms"] = (sr.t_first - sr.t_submit) * 1e3
+                if sr.t_finish:
+                    metrics[f"{name}.total_ms"] = (sr.t_finish - sr.t_submit) * 1e3
+        return metrics
 
     async def _feed(
         self: OrchestratorBase, run: RunState, source: int, target: int, edge: InputEdge,

@@ -22,6 +22,9 @@ class StageRun:
     deferred: bool = False
     stream_buffer: StageResult | None = None  # upstream outputs not yet sent (stream edge)
     stream_count: int = 0
+    t_submit: float = 0.0  # time.monotonic() of the submit, first output, finish
+    t_first: float = 0.0
+    t_finish: float = 0.0
 
 
 @dataclass(slots=True)

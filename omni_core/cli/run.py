@@ -1,0 +1,117 @@
+"""``omni run PIPELINE --prompt TEXT``: stream a request's outputs, then a per-stage timing table."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from omni_core.outputs import OmniRequestOutput
+from omni_core.sampling import SamplingParams
+
+if TYPE_CHECKING:
+    from omni_core.cli.app import CliState
+
+
+def register(app: typer.Typer, state: CliState) -> None:
+    from omni_core.cli.app import fail
+
+    @app.command("run")
+    def run(
+        pipeline: Annotated[str, typer.Argument(help="Pipeline YAML file or registered name.")],
+        prompt: Annotated[str, typer.Option("--prompt", "-p", help="The prompt text.")],
+        max_tokens: Annotated[int | None, typer.Option(help="Max tokens per stage.")] = None,
+        seed: Annotated[int | None, typer.Option(help="Sampling seed.")] = None,
+        temperature: Annotated[float | None, typer.Option(help="Sampling temperature.")] = None,
+        modality: Annotated[
+            list[str] | None, typer.Option("--modality", help="Final outputs wanted (repeat).")
+        ] = None,
+    ) -> None:
+        """Run one prompt through a pipeline, streaming its outputs."""
+        from omni_core.engine.factory import create_engine
+
+        overrides: dict[str, Any] = {}
+        if max_tokens is not None:
+            overrides["max_tokens"] = max_tokens
+        if seed is not None:
+            overrides["seed"] = seed
+        if temperature is not None:
+            overrides["temperature"] = temperature
+        try:
+            target: Any = Path(pipeline) if Path(pipeline).exists() else pipeline
+            engine = create_engine(target, settings=state.settings, plugins=state.host)
+        except Exception as exc:
+            raise fail(state, exc) from None
+        try:
+            params = None
+            if overrides:
+                params = {name: SamplingParams.from_mapping(
+                    {**engine.pipeline.stages[sid].config.sampling_params, **overrides})
+                    for sid, name in ((s, engine.pipeline.stages[s].name)
+                                      for s in engine.pipeline.stages)}
+            outputs = asyncio.run(_stream(engine, prompt, params, modality))
+        except Exception as exc:
+            raise fail(state, exc) from None
+        finally:
+            engine.shutdown()
+        _summary(outputs)
+        if outputs and outputs[-1].finish_reason in ("error", "abort", "timeout"):
+            raise typer.Exit(1)
+
+
+async def _stream(engine: Any, prompt: str, params: Any,
+                  modalities: list[str] | None) -> list[OmniRequestOutput]:
+    err = Console(stderr=True)
+    outputs: list[OmniRequestOutput] = []
+    tasks: dict[str, Any] = {}
+    current: str | None = None
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed} out"),
+                  TimeElapsedColumn(), console=err, transient=True) as progress:
+        async for out in engine.generate(prompt, sampling_params=params, modalities=modalities):
+            outputs.append(out)
+            if out.stage_name not in tasks:
+                tasks[out.stage_name] = progress.add_task(out.stage_name, total=None)
+            progress.advance(tasks[out.stage_name])
+            if out.output_type == "text" and out.text:
+                if current != out.stage_name:
+                    prefix = "\n" if current is not None else ""
+                    sys.stdout.write(f"{prefix}[{out.stage_name}] ")
+                    current = out.stage_name
+                sys.stdout.write(out.text)
+                sys.stdout.flush()
+    if current is not None:
+        sys.stdout.write("\n")
+    return outputs
+
+
+def _summary(outputs: list[OmniRequestOutput]) -> None:
+    console = Console()
+    by_stage: dict[str, list[OmniRequestOutput]] = {}
+    for out in outputs:
+        by_stage.setdefault(out.stage_name, []).append(out)
+    for name, outs in by_stage.items():
+        if outs[0].output_type != "text":
+            tokens = sum(len(o.token_ids) for o in outs)
+            console.print(f"[{name}] {outs[0].output_type}: {len(outs)} outputs, {tokens} tokens",
+                          markup=False)
+    final = outputs[-1] if outputs else None
+    if final is not None and final.error is not None:
+        console.print(f"error: {final.error.type}: {final.error.message}", style="red",
+                      markup=False)
+    metrics = final.metrics if final is not None else {}
+    table = Table("stage", "first output (ms)", "total (ms)", title="per-stage timing")
+    stages = list(dict.fromkeys(k.rsplit(".", 1)[0] for k in metrics))
+    for stage in stages:
+        first = metrics.get(f"{stage}.first_output_ms")
+        total = metrics.get(f"{stage}.total_ms")
+        table.add_row(stage, f"{first:.2f}" if first is not None else "-",
+                      f"{total:.2f}" if total is not None else "-")
+    console.print(table)
+    if final is not None:
+        console.print(f"finish_reason: {final.finish_reason}")
