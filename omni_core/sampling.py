@@ -9,7 +9,7 @@ import msgspec
 from omni_core.errors import RequestError
 
 
-class SamplingParams(msgspec.Struct, kw_only=True, omit_defaults=True):
+class SamplingParams(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
     """Sampling parameters for one stage.
 
     ``n`` > 1 fans the request out into parallel-sampling children (a pipeline-level setting: the

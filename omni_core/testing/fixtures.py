@@ -93,16 +93,21 @@ def plugin_host(omni_settings: OmniSettings, fake_entry_points: FakeEntryPoints)
 
 @pytest.fixture
 def make_engine(
-    plugin_host: PluginHost, omni_settings: OmniSettings
+    omni_settings: OmniSettings, fake_entry_points: FakeEntryPoints
 ) -> Iterator[Callable[..., OmniEngineBase]]:
-    """``make_engine(yaml_text_or_config)`` → a started engine, shut down after the test."""
+    """``make_engine(yaml_text_or_config)`` → a started engine, shut down after the test.
+
+    Its plugin manager is built at the call, so entry points added to ``fake_entry_points``
+    earlier in the test are loaded.
+    """
     engines: list[OmniEngineBase] = []
 
     def make(pipeline: str | PipelineConfig, **kwargs: Any) -> Any:
         if isinstance(pipeline, str) and "\n" in pipeline:
             pipeline = PipelineConfig.from_yaml_text(pipeline, source="<test pipeline>")
-        kwargs.setdefault("settings", omni_settings)
-        kwargs.setdefault("plugins", plugin_host)
+        settings = kwargs.setdefault("settings", omni_settings)
+        if "plugins" not in kwargs:
+            kwargs["plugins"] = PluginHost.create(settings)
         engine = create_engine(pipeline, **kwargs)
         engines.append(engine)
         return engine

@@ -39,6 +39,8 @@ class ScriptedStageClient(LocalStageClient):
         self._driver: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
+        if self._args.start_delay_s:
+            await asyncio.sleep(self._args.start_delay_s)  # a slow model load
         if self._args.start_fails:
             raise StartupError(f"{self.label}: start_fails is set")
         await super().start()

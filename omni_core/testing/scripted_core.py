@@ -35,6 +35,7 @@ class ScriptedArgs(BaseModel):
     abort_fails: bool = False
     rpc_error: bool = False
     start_fails: bool = False
+    start_delay_s: float = Field(default=0.0, ge=0)
 
 
 def scripted_token(stage_name: str, chunk: list[int], position: int) -> int:

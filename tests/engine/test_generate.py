@@ -1,0 +1,149 @@
+"""The public engine API: ids, params, prompts, modalities, sync engine, construction."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from omni_core import (
+    AsyncOmniEngine,
+    ConfigError,
+    OmniEngine,
+    PipelineConfig,
+    RequestError,
+    SamplingParams,
+    StartupError,
+)
+from tests.helpers import CHAIN, by_stage, chain, collect, expected_tokens
+
+
+async def test_generated_request_id_is_on_every_output(make_engine):
+    engine = make_engine(CHAIN)
+    a = await collect(engine, "x")
+    b = await collect(engine, "x")
+    assert len({o.request_id for o in a}) == 1 and len({o.request_id for o in b}) == 1
+    assert a[0].request_id != b[0].request_id
+    assert engine.new_request_id() != engine.new_request_id()
+
+
+async def test_duplicate_in_flight_id_is_rejected(make_engine):
+    engine = make_engine(CHAIN.replace("delay_s: 0.001", "delay_s: 0.05"))
+    first = engine.generate("x", request_id="same")
+    await first.__anext__()
+    with pytest.raises(RequestError, match="'same' is already in flight"):
+        await collect(engine, "y", request_id="same")
+    rest = [o async for o in first]
+    assert rest[-1].finished
+
+
+async def test_prompt_as_token_ids_and_dict(make_engine):
+    engine = make_engine(CHAIN)
+    by_ids = by_stage(await collect(engine, [104, 105]))
+    by_text = by_stage(await collect(engine, "hi"))
+    by_dict = by_stage(await collect(engine, {"prompt": "hi", "images": []}))
+    assert by_ids == by_text == by_dict
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"sampling_params": SamplingParams(n=0)}, "n must be >= 1"),
+        ({"sampling_params": {"nope": {}}}, "unknown stage 'nope'"),
+        ({"sampling_params": {"talker": {"max_tokenz": 3}}}, r"sampling_params\['talker'\]"),
+        ({"modalities": ["video"]}, "offers"),
+        ({"request_id": ""}, "non-empty"),
+    ],
+)
+async def test_bad_requests_get_one_clear_error(make_engine, kwargs, message):
+    engine = make_engine(CHAIN)
+    with pytest.raises(RequestError, match=message):
+        await collect(engine, "x", **kwargs)
+    assert (await collect(engine, "x"))[-1].finished  # nothing else lost
+
+
+async def test_bad_prompt_type(make_engine):
+    engine = make_engine(CHAIN)
+    with pytest.raises(RequestError, match="prompt must be"):
+        await collect(engine, 3.5)
+
+
+async def test_per_stage_params_by_name(make_engine):
+    engine = make_engine(CHAIN)
+    outs = await collect(engine, "x", sampling_params={"talker": {"max_tokens": 2}})
+    thinker = expected_tokens("thinker", list(b"x"), 4)
+    talker = expected_tokens("talker", thinker, 2)
+    assert by_stage(outs)["vocoder"] == expected_tokens("vocoder", talker, 3)
+    outs = await collect(engine, "x", sampling_params=SamplingParams(max_tokens=1))
+    assert outs[-1].finish_reason == "length"
+    assert [len(v) for v in by_stage(outs).values()] == [1, 1]
+
+
+async def test_parallel_sampling_children_carry_their_index(make_engine):
+    engine = make_engine(CHAIN)
+    outs = await collect(engine, "x", request_id="par", sampling_params={"thinker": {"n": 3}})
+    assert {o.request_id for o in outs} == {"par"}
+    assert sorted({o.index for o in outs}) == [0, 1, 2]
+    assert sum(o.finished for o in outs) == 1 and outs[-1].finished
+    for i in range(3):
+        mine = by_stage([o for o in outs if o.index == i])
+        expected = chain("x", ("thinker", 4), ("talker", 6), ("vocoder", 3))
+        assert mine == {"thinker": expected[0], "vocoder": expected[2]}
+    # each child's last vocoder output has its finish reason
+    assert sum(1 for o in outs if o.stage_name == "vocoder" and o.finish_reason) == 3
+    assert engine.request_tables()["runs"] == 0
+
+
+def test_sync_engine_generates_lists(omni_settings, plugin_host):
+    config = PipelineConfig.from_yaml_text(CHAIN)
+    with OmniEngine(config, settings=omni_settings, plugins=plugin_host) as engine:
+        results = engine.generate(["a", "b"])
+        assert len(results) == 2
+        for prompt, outs in zip(["a", "b"], results, strict=True):
+            assert by_stage(outs)["vocoder"] == chain(prompt, ("thinker", 4), ("talker", 6),
+                                                       ("vocoder", 3))[2]
+        assert engine.pause_scheduler() == [{"ok": True, "method": "pause_scheduler"}] * 3
+        assert engine.num_active_requests == 0
+    assert not engine.is_alive()
+
+
+async def test_async_create_does_not_block_the_loop(omni_settings, plugin_host):
+    config = PipelineConfig.from_yaml_text(CHAIN.replace("{num_tokens: 6}",
+                                                         "{num_tokens: 6, start_delay_s: 0.2}"))
+    ticks = 0
+
+    async def ticker():
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0.001)
+
+    task = asyncio.create_task(ticker())
+    engine = await AsyncOmniEngine.create(config, settings=omni_settings, plugins=plugin_host)
+    task.cancel()
+    async with engine:
+        assert (await collect(engine, "x"))[-1].finished
+    assert ticks > 20  # the caller's loop kept running while stages started
+    assert not engine.is_alive()
+
+
+def test_startup_failure_names_the_stage(omni_settings, plugin_host):
+    config = PipelineConfig.from_yaml_text(CHAIN.replace("{num_tokens: 6}",
+                                                         "{num_tokens: 6, start_fails: true}"))
+    with pytest.raises(StartupError, match="stage 'talker' \\(id 1\\) replica 0 failed to start"):
+        AsyncOmniEngine(config, settings=omni_settings, plugins=plugin_host)
+
+
+def test_engine_kind_mismatch_is_a_config_error(omni_settings, plugin_host):
+    config = PipelineConfig.from_yaml_text(CHAIN + "engine: turn\n")
+    AsyncOmniEngine(config, settings=omni_settings, plugins=plugin_host).shutdown()
+    bad = PipelineConfig.from_yaml_text(CHAIN + "engine: nope\n")
+    with pytest.raises(ConfigError, match="unknown engine kind 'nope'"):
+        AsyncOmniEngine(bad, settings=omni_settings, plugins=plugin_host)
+
+
+async def test_request_queue_backpressure_still_serves_everyone(make_engine, omni_settings):
+    settings = omni_settings.model_copy(update={"request_queue_size": 2})
+    engine = make_engine(CHAIN, settings=settings)
+    results = await asyncio.gather(*(collect(engine, f"q{i}") for i in range(50)))
+    assert all(sum(o.finished for o in outs) == 1 for outs in results)
