@@ -13,8 +13,8 @@ Conventions:
 * Impls may accept any subset of a hook's arguments.
 
 "Orchestrator thread" below means the engine's orchestrator thread and event loop, in the process
-that created the engine. Nobody calls ``pm.hook`` directly: :class:`omni_core.plugin.hooks.PluginHost`
-is the typed facade.
+that created the engine. Nobody calls ``pm.hook`` directly:
+:class:`omni_core.plugin.hooks.PluginHost` is the typed facade.
 """
 
 from __future__ import annotations

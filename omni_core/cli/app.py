@@ -33,8 +33,10 @@ def report_error(exc: BaseException, debug: bool) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     if not debug:
-        print(f"error: {type(exc).__name__}: {exc} (run with --debug for the traceback)",
-              file=sys.stderr)
+        print(
+            f"error: {type(exc).__name__}: {exc} (run with --debug for the traceback)",
+            file=sys.stderr,
+        )
     return 1
 
 

@@ -19,10 +19,12 @@ if TYPE_CHECKING:
 def register(app: typer.Typer, state: CliState) -> None:
     from omni_core.cli.app import fail
 
-    config_app = typer.Typer(help="Pipeline configuration.", no_args_is_help=True,
-                             rich_markup_mode=None)
-    plugins_app = typer.Typer(help="Installed plugins.", no_args_is_help=True,
-                              rich_markup_mode=None)
+    config_app = typer.Typer(
+        help="Pipeline configuration.", no_args_is_help=True, rich_markup_mode=None
+    )
+    plugins_app = typer.Typer(
+        help="Installed plugins.", no_args_is_help=True, rich_markup_mode=None
+    )
     app.add_typer(config_app, name="config")
     app.add_typer(plugins_app, name="plugins")
     console = Console()

@@ -1,4 +1,4 @@
-"""``omni run PIPELINE --prompt TEXT``: stream a request's outputs, then a per-stage timing table."""
+"""``omni run PIPELINE --prompt TEXT``: stream outputs, then a per-stage timing table."""
 
 from __future__ import annotations
 
@@ -51,10 +51,14 @@ def register(app: typer.Typer, state: CliState) -> None:
         try:
             params = None
             if overrides:
-                params = {name: SamplingParams.from_mapping(
-                    {**engine.pipeline.stages[sid].config.sampling_params, **overrides})
-                    for sid, name in ((s, engine.pipeline.stages[s].name)
-                                      for s in engine.pipeline.stages)}
+                params = {
+                    name: SamplingParams.from_mapping(
+                        {**engine.pipeline.stages[sid].config.sampling_params, **overrides}
+                    )
+                    for sid, name in (
+                        (s, engine.pipeline.stages[s].name) for s in engine.pipeline.stages
+                    )
+                }
             outputs = asyncio.run(_stream(engine, prompt, params, modality))
         except Exception as exc:
             raise fail(state, exc) from None
@@ -65,14 +69,21 @@ def register(app: typer.Typer, state: CliState) -> None:
             raise typer.Exit(1)
 
 
-async def _stream(engine: Any, prompt: str, params: Any,
-                  modalities: list[str] | None) -> list[OmniRequestOutput]:
+async def _stream(
+    engine: Any, prompt: str, params: Any, modalities: list[str] | None
+) -> list[OmniRequestOutput]:
     err = Console(stderr=True)
     outputs: list[OmniRequestOutput] = []
     tasks: dict[str, Any] = {}
     current: str | None = None
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed} out"),
-                  TimeElapsedColumn(), console=err, transient=True) as progress:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed} out"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+    ) as progress:
         async for out in engine.generate(prompt, sampling_params=params, modalities=modalities):
             outputs.append(out)
             if out.stage_name not in tasks:
@@ -98,20 +109,26 @@ def _summary(outputs: list[OmniRequestOutput]) -> None:
     for name, outs in by_stage.items():
         if outs[0].output_type != "text":
             tokens = sum(len(o.token_ids) for o in outs)
-            console.print(f"[{name}] {outs[0].output_type}: {len(outs)} outputs, {tokens} tokens",
-                          markup=False)
+            console.print(
+                f"[{name}] {outs[0].output_type}: {len(outs)} outputs, {tokens} tokens",
+                markup=False,
+            )
     final = outputs[-1] if outputs else None
     if final is not None and final.error is not None:
-        console.print(f"error: {final.error.type}: {final.error.message}", style="red",
-                      markup=False)
+        console.print(
+            f"error: {final.error.type}: {final.error.message}", style="red", markup=False
+        )
     metrics = final.metrics if final is not None else {}
     table = Table("stage", "first output (ms)", "total (ms)", title="per-stage timing")
     stages = list(dict.fromkeys(k.rsplit(".", 1)[0] for k in metrics))
     for stage in stages:
         first = metrics.get(f"{stage}.first_output_ms")
         total = metrics.get(f"{stage}.total_ms")
-        table.add_row(stage, f"{first:.2f}" if first is not None else "-",
-                      f"{total:.2f}" if total is not None else "-")
+        table.add_row(
+            stage,
+            f"{first:.2f}" if first is not None else "-",
+            f"{total:.2f}" if total is not None else "-",
+        )
     console.print(table)
     if final is not None:
         console.print(f"finish_reason: {final.finish_reason}")

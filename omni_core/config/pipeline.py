@@ -21,7 +21,7 @@ OutputType = Literal["text", "audio", "image", "tokens", "latent"]
 
 class InputEdge(BaseModel):
     """An upstream stage feeding this one. ``on_finish``: start when upstream finished;
-    ``stream``: open at the first chunk of ``chunk`` upstream outputs, feed the rest as they come."""
+    ``stream``: open at the first chunk of ``chunk`` upstream outputs, then feed the rest."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -57,8 +57,9 @@ class StageConfig(BaseModel):
     @classmethod
     def _edges(cls, value: Any) -> Any:
         if isinstance(value, list):
-            return [{"stage": v} if isinstance(v, int) and not isinstance(v, bool) else v
-                    for v in value]
+            return [
+                {"stage": v} if isinstance(v, int) and not isinstance(v, bool) else v for v in value
+            ]
         return value
 
 
@@ -102,8 +103,9 @@ class PipelineConfig(BaseModel):
         try:
             config = cls.model_validate({**data, "source": source})
         except ValidationError as exc:
-            raise ConfigError(_readable(exc, data, source) + _raw_edge_problems(data, source)
-                              ) from None
+            raise ConfigError(
+                _readable(exc, data, source) + _raw_edge_problems(data, source)
+            ) from None
         problems = config.structural_problems()
         if problems:
             raise ConfigError(problems)
@@ -133,21 +135,23 @@ class PipelineConfig(BaseModel):
                         f"{self.stage_label(stage)}: field 'inputs': unknown stage id {edge.stage}"
                     )
                 elif edge.stage == stage.id:
-                    problems.append(f"{self.stage_label(stage)}: field 'inputs': stage feeds itself")
+                    problems.append(
+                        f"{self.stage_label(stage)}: field 'inputs': stage feeds itself"
+                    )
             if any(e.mode == "stream" for e in stage.inputs) and len(stage.inputs) > 1:
                 problems.append(
                     f"{self.stage_label(stage)}: field 'inputs': a 'stream' edge must be the "
                     "stage's only input"
                 )
         if not any(s.final_output for s in self.stages):
-            problems.append(
-                f"{self.source}: field 'final_output': no stage has final_output: true"
-            )
+            problems.append(f"{self.source}: field 'final_output': no stage has final_output: true")
         if not problems:
             cycle = self._find_cycle()
             if cycle:
                 path = " -> ".join(str(i) for i in cycle)
-                problems.append(f"{self.source}: field 'inputs': the stage graph has a cycle {path}")
+                problems.append(
+                    f"{self.source}: field 'inputs': the stage graph has a cycle {path}"
+                )
         return problems
 
     def _find_cycle(self) -> list[int] | None:
@@ -158,7 +162,7 @@ class PipelineConfig(BaseModel):
             state[node] = 1
             for dep in deps[node]:
                 if state.get(dep) == 1:
-                    return [*trail[trail.index(dep):], dep] if dep in trail else [node, dep]
+                    return [*trail[trail.index(dep) :], dep] if dep in trail else [node, dep]
                 if dep not in state:
                     found = visit(dep, [*trail, dep])
                     if found:
@@ -205,7 +209,8 @@ class PipelineConfig(BaseModel):
 
 def _readable(exc: ValidationError, data: dict[str, Any], source: str) -> list[str]:
     problems = []
-    raw_stages = data.get("stages") if isinstance(data.get("stages"), list) else []
+    stages_value = data.get("stages")
+    raw_stages: list[Any] = stages_value if isinstance(stages_value, list) else []
     for err in exc.errors():
         loc = list(err["loc"])
         where = source

@@ -59,9 +59,7 @@ def load_pipeline(pipeline: str | Path | PipelineConfig, host: PluginHost) -> Pi
     )
 
 
-def resolve_pipeline(
-    pipeline: str | Path | PipelineConfig, host: PluginHost
-) -> ResolvedPipeline:
+def resolve_pipeline(pipeline: str | Path | PipelineConfig, host: PluginHost) -> ResolvedPipeline:
     config = load_pipeline(pipeline, host)
     problems: list[str] = []
     src = config.source
@@ -126,7 +124,7 @@ def _resolve_bridge(name: str | None, bridges: dict[str, Any]) -> Callable[..., 
 
         return default_bridge
     if name in bridges:
-        return bridges[name].func  # type: ignore[no-any-return]
+        return bridges[name].func  # type: ignore[no-any-return,unused-ignore]
     if ":" in name or "." in name:
         module_name, _, attr = name.replace(":", ".").rpartition(".")
         try:
@@ -135,7 +133,7 @@ def _resolve_bridge(name: str | None, bridges: dict[str, Any]) -> Callable[..., 
             raise ConfigError([f"cannot import '{name}': {exc}"]) from None
         if not callable(func):
             raise ConfigError([f"'{name}' is not callable"])
-        return func  # type: ignore[no-any-return]
+        return func  # type: ignore[no-any-return,unused-ignore]
     known = ", ".join(sorted(bridges)) or "none"
     raise ConfigError([f"unknown bridge '{name}' (registered: {known}; or give a dotted path)"])
 

@@ -23,11 +23,13 @@ class AsyncOmniEngine(OmniEngineBase):
     def _validate_deployment(self) -> None:
         selected = self.pipeline.engine_class
         if not issubclass(type(self), selected):
-            raise ConfigError([
-                f"{self.pipeline.config.source}: field 'engine': pipeline "
-                f"'{self.pipeline.config.name}' selects engine '{self.pipeline.config.engine}' "
-                f"({selected.__name__}); build it with omni_core.create_engine()"
-            ])
+            raise ConfigError(
+                [
+                    f"{self.pipeline.config.source}: field 'engine': pipeline "
+                    f"'{self.pipeline.config.name}' selects engine '{self.pipeline.config.engine}' "
+                    f"({selected.__name__}); build it with omni_core.create_engine()"
+                ]
+            )
 
     def _create_orchestrator(self, **kwargs: Any) -> OrchestratorBase:
         return Orchestrator(**kwargs)
@@ -59,8 +61,14 @@ class AsyncOmniEngine(OmniEngineBase):
         finished = False
         try:
             await runtime.inbox.put_async(
-                AddRequest(request_id=rid, prompt=prompt, params=params,
-                           modalities=modalities, stream=stream, enqueued_at=time.monotonic())
+                AddRequest(
+                    request_id=rid,
+                    prompt=prompt,
+                    params=params,
+                    modalities=modalities,
+                    stream=stream,
+                    enqueued_at=time.monotonic(),
+                )
             )
             items = stream.items
             while True:
@@ -83,13 +91,14 @@ class AsyncOmniEngine(OmniEngineBase):
                 self.abort(rid)
 
     def _check_modalities(self, modalities: list[str]) -> None:
-        offered = {s.config.final_output_type for s in self.pipeline.stages.values()
-                   if s.config.final_output}
+        offered = {
+            s.config.final_output_type
+            for s in self.pipeline.stages.values()
+            if s.config.final_output
+        }
         unknown = [m for m in modalities if m not in offered]
         if unknown or not modalities:
-            raise RequestError(
-                f"modalities {modalities!r}: this pipeline offers {sorted(offered)}"
-            )
+            raise RequestError(f"modalities {modalities!r}: this pipeline offers {sorted(offered)}")
 
 
 def _check_prompt(prompt: Any) -> None:

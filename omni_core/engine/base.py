@@ -31,7 +31,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-
 class OmniEngineBase:
     """Start-up, liveness, control calls and shutdown shared by every engine kind."""
 
@@ -45,7 +44,8 @@ class OmniEngineBase:
         self.settings = settings or OmniSettings()
         self.plugins = plugins or PluginHost.create(self.settings)
         self.pipeline = (
-            pipeline if isinstance(pipeline, ResolvedPipeline)
+            pipeline
+            if isinstance(pipeline, ResolvedPipeline)
             else resolve_pipeline(pipeline, self.plugins)
         )
         self._id_prefix = f"omni-{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -176,16 +176,23 @@ class OmniEngineBase:
     ) -> list[Any]:
         """Call ``method`` on every live replica of the addressed stages; one result each."""
         key = ("collective", uuid.uuid4().hex)
-        msg = CollectiveRpc(rpc_key=key, method=method, args=tuple(args), kwargs=kwargs or {},
-                            stage_ids=stage_ids, timeout=timeout)
+        msg = CollectiveRpc(
+            rpc_key=key,
+            method=method,
+            args=tuple(args),
+            kwargs=kwargs or {},
+            stage_ids=stage_ids,
+            timeout=timeout,
+        )
         result = await self._call(key, msg, timeout)
         return list(result)
 
     async def sleep(self, level: int = 1, stage_ids: list[int] | None = None) -> list[Any]:
         return await self.collective_rpc("sleep", (level,), stage_ids=stage_ids)
 
-    async def wake_up(self, tags: list[str] | None = None,
-                      stage_ids: list[int] | None = None) -> list[Any]:
+    async def wake_up(
+        self, tags: list[str] | None = None, stage_ids: list[int] | None = None
+    ) -> list[Any]:
         return await self.collective_rpc("wake_up", (tags,), stage_ids=stage_ids)
 
     async def pause_scheduler(self, stage_ids: list[int] | None = None) -> list[Any]:

@@ -55,8 +55,9 @@ class EngineRuntime:
         if not self._started.wait(timeout):
             starting = self.stages.starting or "the orchestrator"
             self.shutdown(self.settings.shutdown_timeout_s)
-            raise StartupError(f"{starting} did not start within {timeout:g}s "
-                               "(raise OMNI_STARTUP_TIMEOUT_S)")
+            raise StartupError(
+                f"{starting} did not start within {timeout:g}s (raise OMNI_STARTUP_TIMEOUT_S)"
+            )
         if self._startup_error is not None:
             self.shutdown(self.settings.shutdown_timeout_s)
             err = self._startup_error

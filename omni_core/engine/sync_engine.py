@@ -28,8 +28,12 @@ class OmniEngine:
             prompts = [prompts]
 
         async def one(prompt: Any) -> list[OmniRequestOutput]:
-            return [o async for o in self.engine.generate(
-                prompt, sampling_params=sampling_params, modalities=modalities)]
+            return [
+                o
+                async for o in self.engine.generate(
+                    prompt, sampling_params=sampling_params, modalities=modalities
+                )
+            ]
 
         async def run_all() -> list[list[OmniRequestOutput]]:
             return list(await asyncio.gather(*(one(p) for p in prompts)))
@@ -42,17 +46,24 @@ class OmniEngine:
     def abort_sync(self, request_ids: str | list[str], timeout: float | None = None) -> AbortResult:
         return self._loop.run_until_complete(self.engine.abort_async(request_ids, timeout))
 
-    def collective_rpc(self, method: str, args: tuple[Any, ...] = (),
-                       kwargs: dict[str, Any] | None = None, stage_ids: list[int] | None = None,
-                       timeout: float | None = None) -> list[Any]:
+    def collective_rpc(
+        self,
+        method: str,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+        stage_ids: list[int] | None = None,
+        timeout: float | None = None,
+    ) -> list[Any]:
         return self._loop.run_until_complete(
-            self.engine.collective_rpc(method, args, kwargs, stage_ids, timeout))
+            self.engine.collective_rpc(method, args, kwargs, stage_ids, timeout)
+        )
 
     def sleep(self, level: int = 1, stage_ids: list[int] | None = None) -> list[Any]:
         return self._loop.run_until_complete(self.engine.sleep(level, stage_ids))
 
-    def wake_up(self, tags: list[str] | None = None,
-                stage_ids: list[int] | None = None) -> list[Any]:
+    def wake_up(
+        self, tags: list[str] | None = None, stage_ids: list[int] | None = None
+    ) -> list[Any]:
         return self._loop.run_until_complete(self.engine.wake_up(tags, stage_ids))
 
     def pause_scheduler(self, stage_ids: list[int] | None = None) -> list[Any]:

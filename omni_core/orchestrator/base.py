@@ -75,7 +75,7 @@ class OrchestratorBase(RoutingMixin):
                 self._start_reader(pool, replica)
         self.spawn(self._request_handler(), name="omni-request-handler")
         for factory in self._background_tasks():
-            self.spawn(factory(), name="omni-background")
+            self.spawn(_as_coroutine(factory()), name="omni-background")
         try:
             await self._stop.wait()
         finally:
@@ -164,8 +164,9 @@ class OrchestratorBase(RoutingMixin):
         """A forward to ``stage_id`` raised; return True if handled. Default: fail the request."""
         return False
 
-    def _cleanup_request_ids(self, run_ids: list[str], finish_reason: str,
-                             error: ErrorInfo | None) -> None:
+    def _cleanup_request_ids(
+        self, run_ids: list[str], finish_reason: str, error: ErrorInfo | None
+    ) -> None:
         """Drop the state of terminal runs (already removed from the tables) and notify."""
         for run_id in run_ids:
             self.hooks.request_terminal(run_id, finish_reason, error, self)
@@ -203,7 +204,10 @@ class OrchestratorBase(RoutingMixin):
         self._readers.pop((pool.stage_id, replica), None)
         logger.warning(
             "stage '%s' replica %d died (%s); failing its %d request(s)",
-            pool.stage.name, replica, exc, len(bound),
+            pool.stage.name,
+            replica,
+            exc,
+            len(bound),
         )
         if client is not None:
             self.spawn(_quiet(client.shutdown()))
@@ -228,12 +232,16 @@ class OrchestratorBase(RoutingMixin):
         try:
             await pool.start_replica(replica)
         except Exception as exc:
-            logger.error("restart of stage '%s' replica %d failed: %s",
-                         pool.stage.name, replica, exc)
+            logger.error(
+                "restart of stage '%s' replica %d failed: %s", pool.stage.name, replica, exc
+            )
             return
         logger.warning(
-            "stage '%s' replica %d restarted (%d/%d)", pool.stage.name, replica,
-            pool.restarts, pool.stage.config.restart.max_restarts,
+            "stage '%s' replica %d restarted (%d/%d)",
+            pool.stage.name,
+            replica,
+            pool.restarts,
+            pool.stage.config.restart.max_restarts,
         )
         self._start_reader(pool, replica)
 
@@ -292,11 +300,14 @@ class OrchestratorBase(RoutingMixin):
                     value = await (asyncio.wait_for(call, timeout) if timeout else call)
                 except Exception as exc:
                     if method in CONTROL_METHODS:
-                        raise RpcError(f"{method} failed on {where}: {type(exc).__name__}: {exc}"
-                                       ) from exc
+                        raise RpcError(
+                            f"{method} failed on {where}: {type(exc).__name__}: {exc}"
+                        ) from exc
                     if isinstance(exc, TimeoutError):
-                        value = {"supported": False,
-                                 "error": f"TimeoutError: {method} timed out after {timeout}s"}
+                        value = {
+                            "supported": False,
+                            "error": f"TimeoutError: {method} timed out after {timeout}s",
+                        }
                     else:
                         value = {"supported": False, "error": f"{type(exc).__name__}: {exc}"}
                 results.append(value)
@@ -366,7 +377,11 @@ class OrchestratorBase(RoutingMixin):
         return "; ".join(errors) if errors else None
 
 
-async def _quiet(awaitable: Awaitable[Any]) -> None:
+async def _as_coroutine(awaitable: Awaitable[Any]) -> Any:
+    return await awaitable
+
+
+async def _quiet(awaitable: Coroutine[Any, Any, Any]) -> None:
     try:
         await awaitable
     except Exception:

@@ -18,16 +18,54 @@ from omni_core.sampling import SamplingParams
 from omni_core.stage.client import StageRequest
 
 if TYPE_CHECKING:
-    from omni_core.orchestrator.base import OrchestratorBase
+    import asyncio
+    from collections.abc import Coroutine
+
+    from omni_core.config.resolve import ResolvedPipeline
+    from omni_core.orchestrator.emit import Emitter
+    from omni_core.outputs import AbortResult
+    from omni_core.plugin.hooks import PluginHost
+    from omni_core.stage.pool import StagePool
 
 logger = logging.getLogger(__name__)
 
 
 class RoutingMixin:
+    """Routing half of OrchestratorBase; what it uses from the other half is declared here."""
+
+    if TYPE_CHECKING:
+        pipeline: ResolvedPipeline
+        pools: dict[int, StagePool]
+        hooks: PluginHost
+        emitter: Emitter
+        parents: dict[str, ParentState]
+        runs: dict[str, RunState]
+        loop: asyncio.AbstractEventLoop
+
+        def spawn(
+            self, coro: Coroutine[Any, Any, Any], name: str | None = None
+        ) -> asyncio.Task[Any]: ...
+        async def _on_replica_dead(
+            self, pool: StagePool, replica: int, exc: BaseException
+        ) -> None: ...
+        async def _handle_forward_failure(
+            self, run: RunState, stage_id: int, exc: BaseException
+        ) -> bool: ...
+        def _intercept_stage_output(
+            self, run: RunState, stage_id: int, output: StageOutput
+        ) -> bool: ...
+        def _on_stage_submitted(self, run: RunState, stage_id: int, replica: int) -> None: ...
+        def _cleanup_request_ids(
+            self, run_ids: list[str], finish_reason: str, error: ErrorInfo | None
+        ) -> None: ...
+        def _collect_runs(self, run: RunState, into: dict[str, RunState]) -> None: ...
+        async def _physical_abort(self, runs: list[RunState]) -> str | None: ...
+        async def abort(self, request_ids: list[str], reason: str = "abort") -> AbortResult: ...
+
     # ------------------------------------------------------------------------------------------
     # graph
     # ------------------------------------------------------------------------------------------
-    def _init_routing(self: OrchestratorBase) -> None:
+    def _init_routing(self) -> None:
         config = self.pipeline.config
         self.order = [s.id for s in config.topological_order()]
         self.downstream: dict[int, list[tuple[int, InputEdge]]] = {sid: [] for sid in self.order}
@@ -37,8 +75,7 @@ class RoutingMixin:
                 self.downstream[edge.stage].append((stage.id, edge))
         self._plans: dict[tuple[str, ...] | None, tuple[frozenset[int], tuple[int, ...]]] = {}
 
-    def plan(self: OrchestratorBase, modalities: list[str] | None) -> tuple[frozenset[int],
-                                                                           tuple[int, ...]]:
+    def plan(self, modalities: list[str] | None) -> tuple[frozenset[int], tuple[int, ...]]:
         """(stages needed, final stages in order) for the wanted output modalities."""
         key = tuple(sorted(modalities)) if modalities else None
         cached = self._plans.get(key)
@@ -60,7 +97,7 @@ class RoutingMixin:
         return plan
 
     def new_run(
-        self: OrchestratorBase,
+        self,
         run_id: str,
         parent: ParentState,
         index: int,
@@ -76,13 +113,13 @@ class RoutingMixin:
         }
         return RunState(run_id, parent, index, prompt, params, needed, finals, stages)
 
-    def register_run(self: OrchestratorBase, run: RunState) -> None:
+    def register_run(self, run: RunState) -> None:
         self.runs[run.run_id] = run
         if run.visible:
             run.parent.live.add(run.run_id)
         self.hooks.request_admitted(run.run_id, self)
 
-    async def start_run(self: OrchestratorBase, run: RunState) -> None:
+    async def start_run(self, run: RunState) -> None:
         """Submit a registered run to its entry stages (stages without inputs)."""
         for sid in self.order:
             if sid in run.needed and not self.inputs[sid] and not run.terminal:
@@ -92,7 +129,7 @@ class RoutingMixin:
     # submit
     # ------------------------------------------------------------------------------------------
     async def submit(
-        self: OrchestratorBase, run: RunState, stage_id: int, prompt: Any, streaming_input: bool
+        self, run: RunState, stage_id: int, prompt: Any, streaming_input: bool
     ) -> None:
         pool = self.pools[stage_id]
         sr = run.stages[stage_id]
@@ -133,7 +170,7 @@ class RoutingMixin:
     # outputs
     # ------------------------------------------------------------------------------------------
     async def _on_stage_outputs(
-        self: OrchestratorBase, stage_id: int, replica: int, outputs: list[StageOutput]
+        self, stage_id: int, replica: int, outputs: list[StageOutput]
     ) -> None:
         observe = self.hooks.has_output_observers
         for out in outputs:
@@ -150,7 +187,7 @@ class RoutingMixin:
                 continue
             await self.route(run, stage_id, out)
 
-    async def route(self: OrchestratorBase, run: RunState, stage_id: int, out: StageOutput) -> None:
+    async def route(self, run: RunState, stage_id: int, out: StageOutput) -> None:
         """Record one stage output, emit it if final, forward it, converge the terminal."""
         sr = run.stages[stage_id]
         sr.result.add(out)
@@ -177,7 +214,7 @@ class RoutingMixin:
             self._terminate_run(run, out.finish_reason or "stop", None)
 
     def _emit_stage_output(
-        self: OrchestratorBase, run: RunState, stage_id: int, out: StageOutput, completes: bool
+        self, run: RunState, stage_id: int, out: StageOutput, completes: bool
     ) -> None:
         stage = self.pipeline.stages[stage_id]
         last = completes and run.parent.live == {run.run_id}
@@ -199,7 +236,7 @@ class RoutingMixin:
             ),
         )
 
-    def _metrics(self: OrchestratorBase, run: RunState) -> dict[str, float]:
+    def _metrics(self, run: RunState) -> dict[str, float]:
         """Per-stage timings (ms) of a run: time to first output and total, from submit."""
         metrics: dict[str, float] = {}
         for sid, sr in run.stages.items():
@@ -211,7 +248,11 @@ class RoutingMixin:
         return metrics
 
     async def _feed(
-        self: OrchestratorBase, run: RunState, source: int, target: int, edge: InputEdge,
+        self,
+        run: RunState,
+        source: int,
+        target: int,
+        edge: InputEdge,
         out: StageOutput,
     ) -> None:
         tr = run.stages[target]
@@ -223,8 +264,9 @@ class RoutingMixin:
             return
         # stream edge: open the downstream request at the first chunk, feed the rest as it comes
         if tr.stream_buffer is None:
-            tr.stream_buffer = StageResult(stage_id=source, stage_name=self.pipeline.stages[
-                source].name)
+            tr.stream_buffer = StageResult(
+                stage_id=source, stage_name=self.pipeline.stages[source].name
+            )
         tr.stream_buffer.add(out)
         tr.stream_count += 1
         if tr.stream_count < edge.chunk and not out.finished:
@@ -251,7 +293,7 @@ class RoutingMixin:
             if not await self._handle_forward_failure(run, target, exc):
                 await self.fail_run(run, target, ErrorInfo.from_exception(exc, status_code=400))
 
-    async def forward(self: OrchestratorBase, run: RunState, target: int) -> None:
+    async def forward(self, run: RunState, target: int) -> None:
         """Forward a run to ``target`` once all its inputs finished (``on_finish`` edges)."""
         tr = run.stages[target]
         if tr.submitted or tr.finished or run.terminal:
@@ -278,29 +320,28 @@ class RoutingMixin:
             return
         await self.submit(run, target, prompt, streaming_input=False)
 
-    def release_forward(self: OrchestratorBase, request_id: str, stage_id: int) -> None:
-        """Let a forward deferred by ``omni_forward_gate`` happen (call on the orchestrator loop)."""
+    def release_forward(self, request_id: str, stage_id: int) -> None:
+        """Let a forward deferred by ``omni_forward_gate`` happen (on the orchestrator loop)."""
         run = self.runs.get(request_id)
         if run is None or run.terminal or not run.stages[stage_id].deferred:
             return
         self.spawn(self._release(run, stage_id))
 
-    async def _release(self: OrchestratorBase, run: RunState, stage_id: int) -> None:
+    async def _release(self, run: RunState, stage_id: int) -> None:
         await self.forward(run, stage_id)
         self.emitter.flush()
 
-    async def _skip_stage(self: OrchestratorBase, run: RunState, stage_id: int) -> None:
+    async def _skip_stage(self, run: RunState, stage_id: int) -> None:
         """A stage got no usable input: it finishes empty (a synthetic empty terminal if final)."""
         run.stages[stage_id].submitted = True
-        await self.route(run, stage_id, StageOutput(request_id=run.run_id, finished=True,
-                                                   finish_reason="stop"))
+        await self.route(
+            run, stage_id, StageOutput(request_id=run.run_id, finished=True, finish_reason="stop")
+        )
 
     # ------------------------------------------------------------------------------------------
     # terminals
     # ------------------------------------------------------------------------------------------
-    async def fail_run(
-        self: OrchestratorBase, run: RunState, stage_id: int, error: ErrorInfo
-    ) -> None:
+    async def fail_run(self, run: RunState, stage_id: int, error: ErrorInfo) -> None:
         """Request-scoped failure: the whole request (all its runs) gets one error terminal."""
         owner = run.companion_of or run
         if owner.terminal:
@@ -328,8 +369,7 @@ class RoutingMixin:
             ),
         )
 
-    def _abort_outputs(self: OrchestratorBase, run: RunState, reason: str) -> list[
-            OmniRequestOutput]:
+    def _abort_outputs(self, run: RunState, reason: str) -> list[OmniRequestOutput]:
         """One abort output per unfinished final stage, in stage order; the last may be terminal.
 
         AR stages carry the generated prefix; whole-output stages carry nothing and say
@@ -359,9 +399,7 @@ class RoutingMixin:
             self.emitter.emit(run.parent.stream, output)
         return outputs
 
-    def _terminate_run(
-        self: OrchestratorBase, run: RunState, finish_reason: str, error: ErrorInfo | None
-    ) -> None:
+    def _terminate_run(self, run: RunState, finish_reason: str, error: ErrorInfo | None) -> None:
         """The one place a run becomes terminal: tables, bindings, companions, parent, hooks."""
         if run.terminal:
             return
@@ -373,8 +411,10 @@ class RoutingMixin:
         ended = [run.run_id]
         for companion in run.companions:
             if not companion.terminal:
-                if any(s.submitted and not s.finished and not s.aborted
-                       for s in companion.stages.values()):
+                if any(
+                    s.submitted and not s.finished and not s.aborted
+                    for s in companion.stages.values()
+                ):
                     self.spawn(self._abort_quietly(companion))
                 self._terminate_run(companion, finish_reason, error)
         parent = run.parent
@@ -387,16 +427,16 @@ class RoutingMixin:
                     parent.deadline.cancel()
         self._cleanup_request_ids(ended, finish_reason, error)
 
-    async def _abort_quietly(self: OrchestratorBase, run: RunState) -> None:
+    async def _abort_quietly(self, run: RunState) -> None:
         error = await self._physical_abort([run])
         if error:
             logger.warning("abort of companion %s failed: %s", run.run_id, error)
 
-    def _on_deadline(self: OrchestratorBase, request_id: str) -> None:
+    def _on_deadline(self, request_id: str) -> None:
         if request_id in self.parents:
             self.spawn(self._expire(request_id))
 
-    async def _expire(self: OrchestratorBase, request_id: str) -> None:
+    async def _expire(self, request_id: str) -> None:
         result = await self.abort([request_id], reason="timeout")
         if not result.success:
             logger.warning("deadline abort of %s failed: %s", request_id, result.error)

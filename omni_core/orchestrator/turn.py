@@ -31,22 +31,41 @@ class Orchestrator(OrchestratorBase):
         needed, finals = self.plan(msg.modalities)
         parent = ParentState(rid, msg.stream)
         if rid in self.parents:
-            self._reject(parent, finals, ErrorInfo(
-                type="RequestError", message=f"request id '{rid}' is already in flight",
-                status_code=400))
+            self._reject(
+                parent,
+                finals,
+                ErrorInfo(
+                    type="RequestError",
+                    message=f"request id '{rid}' is already in flight",
+                    status_code=400,
+                ),
+            )
             return
         for sid in sorted(needed):
             if not self.pools[sid].has_live():
-                self._reject(parent, finals, ErrorInfo(
-                    type="StageUnavailableError",
-                    message=f"stage '{self.pools[sid].stage.name}' has no live replica",
-                    status_code=503, retryable=True))
+                self._reject(
+                    parent,
+                    finals,
+                    ErrorInfo(
+                        type="StageUnavailableError",
+                        message=f"stage '{self.pools[sid].stage.name}' has no live replica",
+                        status_code=503,
+                        retryable=True,
+                    ),
+                )
                 return
         first = self.order[0]
         n = msg.params[first].n
         runs = [
-            self.new_run(rid if n == 1 else child_id(rid, i), parent, i, msg.prompt, msg.params,
-                         needed, finals)
+            self.new_run(
+                rid if n == 1 else child_id(rid, i),
+                parent,
+                i,
+                msg.prompt,
+                msg.params,
+                needed,
+                finals,
+            )
             for i in range(n)
         ]
         try:
@@ -75,7 +94,9 @@ class Orchestrator(OrchestratorBase):
             return []
         made: list[RunState] = []
         for admission in self.hooks.admit_request(
-            request_id=run.run_id, prompt=run.prompt, pipeline=self.pipeline.config,
+            request_id=run.run_id,
+            prompt=run.prompt,
+            pipeline=self.pipeline.config,
             orchestrator=self,
         ):
             run.tags.update(admission.tags)
@@ -83,8 +104,15 @@ class Orchestrator(OrchestratorBase):
                 params = dict(run.params)
                 if spec.sampling_params is not None:
                     params = {sid: spec.sampling_params for sid in params}
-                companion = self.new_run(run.run_id + spec.suffix, run.parent, run.index,
-                                         spec.prompt, params, run.needed, run.finals)
+                companion = self.new_run(
+                    run.run_id + spec.suffix,
+                    run.parent,
+                    run.index,
+                    spec.prompt,
+                    params,
+                    run.needed,
+                    run.finals,
+                )
                 companion.companion_of = run
                 companion.tags.update(spec.metadata)
                 made.append(companion)
@@ -93,7 +121,15 @@ class Orchestrator(OrchestratorBase):
 
     def _reject(self, parent: ParentState, finals: tuple[int, ...], error: ErrorInfo) -> None:
         stage = self.pipeline.stages[finals[-1]]
-        self.emitter.emit(parent.stream, OmniRequestOutput(
-            request_id=parent.request_id, stage_id=stage.id, stage_name=stage.name,
-            output_type=stage.config.final_output_type, finished=True, finish_reason="error",
-            error=error))
+        self.emitter.emit(
+            parent.stream,
+            OmniRequestOutput(
+                request_id=parent.request_id,
+                stage_id=stage.id,
+                stage_name=stage.name,
+                output_type=stage.config.final_output_type,
+                finished=True,
+                finish_reason="error",
+                error=error,
+            ),
+        )

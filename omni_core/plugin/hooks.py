@@ -39,9 +39,7 @@ class PluginHost:
         self._registry: dict[str, dict[str, tuple[str, Any]]] = {}
         # Hot-path hooks: checked once whether anyone implements them.
         self.has_output_observers = bool(pm.hook.omni_stage_output.get_hookimpls())
-        self.has_output_interceptors = bool(
-            pm.hook.omni_intercept_stage_output.get_hookimpls()
-        )
+        self.has_output_interceptors = bool(pm.hook.omni_intercept_stage_output.get_hookimpls())
         self.has_forward_gates = bool(pm.hook.omni_forward_gate.get_hookimpls())
         self.has_admission = bool(pm.hook.omni_admit_request.get_hookimpls())
 
@@ -90,10 +88,14 @@ class PluginHost:
 
     # --- registrations --------------------------------------------------------------------------
     def stage_kinds(self) -> dict[str, StageKind]:
-        return {k: v for k, (_, v) in self._registered("omni_register_stage_kinds", StageKind).items()}
+        return {
+            k: v for k, (_, v) in self._registered("omni_register_stage_kinds", StageKind).items()
+        }
 
     def stage_kind_providers(self) -> dict[str, str]:
-        return {k: p for k, (p, _) in self._registered("omni_register_stage_kinds", StageKind).items()}
+        return {
+            k: p for k, (p, _) in self._registered("omni_register_stage_kinds", StageKind).items()
+        }
 
     def bridges(self) -> dict[str, Bridge]:
         return {k: v for k, (_, v) in self._registered("omni_register_bridges", Bridge).items()}
@@ -111,11 +113,15 @@ class PluginHost:
     def config_sections(self) -> dict[str, ConfigSection]:
         return {
             k: v
-            for k, (_, v) in self._registered("omni_register_config_sections", ConfigSection).items()
+            for k, (_, v) in self._registered(
+                "omni_register_config_sections", ConfigSection
+            ).items()
         }
 
     def cli_groups(self) -> list[tuple[str, CliGroup]]:
-        return [(p, g) for _, (p, g) in self._registered("omni_register_cli_groups", CliGroup).items()]
+        return [
+            (p, g) for _, (p, g) in self._registered("omni_register_cli_groups", CliGroup).items()
+        ]
 
     def server_routes(self) -> list[ServerRoute]:
         return [
@@ -131,7 +137,7 @@ class PluginHost:
     # --- lifecycle decisions (orchestrator thread) -------------------------------------------
     def admit_request(self, **kwargs: Any) -> list[Admission]:
         """All impls' admissions. Raises PluginError naming the plugin that failed."""
-        result = []
+        result: list[Admission] = []
         caller = self.pm.hook.omni_admit_request
         for impl in reversed(caller.get_hookimpls()):
             try:
@@ -141,6 +147,11 @@ class PluginHost:
                     f"plugin '{impl.plugin_name}' rejected the request: {type(exc).__name__}: {exc}"
                 ) from exc
             if admission is not None:
+                if not isinstance(admission, Admission):
+                    raise PluginError(
+                        f"plugin '{impl.plugin_name}': omni_admit_request returned "
+                        f"{type(admission).__name__}, expected Admission"
+                    )
                 result.append(admission)
         return result
 

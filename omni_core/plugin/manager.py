@@ -118,8 +118,8 @@ def create_plugin_manager(
     for name, plugin in extra_plugins:
         if not pm.is_blocked(name):
             _register(pm, plugin, name, f"plugin '{name}'")
-            module = plugin.__name__ if isinstance(plugin, ModuleType) else type(plugin).__module__
-            pm.plugin_info[name] = PluginInfo(name, "<local>", "", module, False)
+            where = plugin.__name__ if isinstance(plugin, ModuleType) else type(plugin).__module__
+            pm.plugin_info[name] = PluginInfo(name, "<local>", "", where, False)
     return pm
 
 

@@ -23,7 +23,7 @@ def _check_name(kind: str, name: str) -> None:
         raise PluginError(f"{kind} name {name!r} is invalid: use lowercase letters, digits, '-_.'")
 
 
-StageClientFactory = Callable[["StageConfig", int, "StageContext"], "StageClient"]
+StageClientFactory = Callable[["StageConfig", int, "StageContext"], "StageClient | Any"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,7 +46,7 @@ def import_callable(path: str) -> Callable[..., Any]:
         raise ValueError(f"cannot import '{path}': {exc}") from None
     if not callable(func):
         raise ValueError(f"'{path}' is not callable")
-    return func  # type: ignore[no-any-return]
+    return func  # type: ignore[no-any-return,unused-ignore]
 
 
 def _as_output(request_id: str, item: Any) -> StageOutput:
@@ -72,7 +72,13 @@ class PythonStageClient(LocalStageClient):
         self._check_alive()
         task = asyncio.get_running_loop().create_task(self._run(request))
         self._tasks[request.request_id] = task
-        task.add_done_callback(lambda _t, rid=request.request_id: self._tasks.pop(rid, None))
+        rid = request.request_id
+
+        def forget(_task: asyncio.Task[None]) -> None:
+            self._tasks.pop(rid, None)
+            self._cancelled.discard(rid)
+
+        task.add_done_callback(forget)
 
     async def _run(self, request: StageRequest) -> None:
         rid = request.request_id

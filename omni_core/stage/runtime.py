@@ -29,7 +29,9 @@ class StageRuntime:
         try:
             for pool in self.pools.values():
                 for replica in range(len(pool.clients)):
-                    self.starting = f"stage '{pool.stage.name}' (id {pool.stage_id}) replica {replica}"
+                    self.starting = (
+                        f"stage '{pool.stage.name}' (id {pool.stage_id}) replica {replica}"
+                    )
                     await pool.start_replica(replica)
             self.starting = None
         except BaseException:

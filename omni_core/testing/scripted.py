@@ -184,7 +184,10 @@ class ScriptedProcessClient(LocalStageClient):
 
     async def add_request(self, request: StageRequest) -> None:
         self._send(
-            "add", request.request_id, request.prompt, request.params.max_tokens,
+            "add",
+            request.request_id,
+            request.prompt,
+            request.params.max_tokens,
             request.streaming_input,
         )
 

@@ -85,7 +85,9 @@ class ScriptedCore:
 
     # --- commands ---------------------------------------------------------------------------
     def add(self, request_id: str, prompt: Any, max_tokens: int | None, streaming: bool) -> None:
-        limit = self.args.num_tokens if max_tokens is None else min(max_tokens, self.args.num_tokens)
+        limit = (
+            self.args.num_tokens if max_tokens is None else min(max_tokens, self.args.num_tokens)
+        )
         req = _Request(request_id, limit, input_closed=not streaming)
         req.chunks.append(prompt_tokens(prompt))
         self.running[request_id] = req
@@ -120,8 +122,12 @@ class ScriptedCore:
                 self.paused = False
             return {"ok": True, "method": method}
         if method == "get_state":
-            return {"running": sorted(self.running), "paused": self.paused,
-                    "sleeping": self.sleeping, "total_outputs": self.total_outputs}
+            return {
+                "running": sorted(self.running),
+                "paused": self.paused,
+                "sleeping": self.sleeping,
+                "total_outputs": self.total_outputs,
+            }
         if method == "echo":
             return {"args": list(args), "kwargs": kwargs}
         raise NotImplementedError(f"scripted stage '{self.name}' has no RPC '{method}'")

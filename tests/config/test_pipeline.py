@@ -18,13 +18,15 @@ def problems_of(text: str, host=None) -> list[str]:
 
 
 def test_inputs_accept_ids_and_edge_mappings():
-    config = PipelineConfig.from_yaml_text("""
+    config = PipelineConfig.from_yaml_text(
+        """
 name: x
 stages:
   - {id: 0, name: a, kind: scripted}
   - {id: 1, name: b, kind: scripted, inputs: [0, {stage: 0, mode: stream, chunk: 8}]}
   - {id: 2, name: c, kind: scripted, inputs: [{stage: 1}], final_output: true}
-""".replace("[0, {stage: 0, mode: stream, chunk: 8}]", "[{stage: 0, mode: stream, chunk: 8}]"))
+""".replace("[0, {stage: 0, mode: stream, chunk: 8}]", "[{stage: 0, mode: stream, chunk: 8}]")
+    )
     edge = config.stage(1).inputs[0]
     assert (edge.stage, edge.mode, edge.chunk) == (0, "stream", 8)
     assert config.stage(2).inputs[0].mode == "on_finish"
@@ -74,7 +76,8 @@ def test_invalid_yaml_names_file_and_line():
 
 
 def test_registry_checks_name_stage_and_field(plugin_host):
-    problems = problems_of("""
+    problems = problems_of(
+        """
 name: x
 engine: warp
 requires_plugins: [omni-nonexistent]
@@ -83,18 +86,26 @@ stages:
   - {id: 0, name: a, kind: nope, final_output: true}
   - {id: 1, name: b, kind: scripted, inputs: [0], engine_args: {num_tokens: 0, bogus: 1}}
   - {id: 2, name: c, kind: scripted, inputs: [1], bridge: no_such_bridge}
-""", plugin_host)
-    assert "p.yaml: field 'requires_plugins': plugin 'omni-nonexistent' is not installed or " \
-           "disabled" in problems
+""",
+        plugin_host,
+    )
+    assert (
+        "p.yaml: field 'requires_plugins': plugin 'omni-nonexistent' is not installed or "
+        "disabled" in problems
+    )
     assert any("field 'engine': unknown engine kind 'warp'" in p for p in problems)
     assert "p.yaml: field 'extra_section': unknown field" in problems
-    assert any(p.startswith("p.yaml: stage 'a' (id 0): field 'kind': unknown stage kind 'nope'")
-               for p in problems)
-    assert any(p.startswith("p.yaml: stage 'b' (id 1): field 'engine_args.num_tokens':")
-               for p in problems)
+    assert any(
+        p.startswith("p.yaml: stage 'a' (id 0): field 'kind': unknown stage kind 'nope'")
+        for p in problems
+    )
+    assert any(
+        p.startswith("p.yaml: stage 'b' (id 1): field 'engine_args.num_tokens':") for p in problems
+    )
     assert "p.yaml: stage 'b' (id 1): field 'engine_args.bogus': unknown field" in problems
-    assert any(p.startswith("p.yaml: stage 'c' (id 2): field 'bridge': unknown bridge")
-               for p in problems)
+    assert any(
+        p.startswith("p.yaml: stage 'c' (id 2): field 'bridge': unknown bridge") for p in problems
+    )
 
 
 def test_bridge_by_dotted_path_and_registered_name(plugin_host):

@@ -100,16 +100,19 @@ def test_sync_engine_generates_lists(omni_settings, plugin_host):
         results = engine.generate(["a", "b"])
         assert len(results) == 2
         for prompt, outs in zip(["a", "b"], results, strict=True):
-            assert by_stage(outs)["vocoder"] == chain(prompt, ("thinker", 4), ("talker", 6),
-                                                       ("vocoder", 3))[2]
+            assert (
+                by_stage(outs)["vocoder"]
+                == chain(prompt, ("thinker", 4), ("talker", 6), ("vocoder", 3))[2]
+            )
         assert engine.pause_scheduler() == [{"ok": True, "method": "pause_scheduler"}] * 3
         assert engine.num_active_requests == 0
     assert not engine.is_alive()
 
 
 async def test_async_create_does_not_block_the_loop(omni_settings, plugin_host):
-    config = PipelineConfig.from_yaml_text(CHAIN.replace("{num_tokens: 6}",
-                                                         "{num_tokens: 6, start_delay_s: 0.2}"))
+    config = PipelineConfig.from_yaml_text(
+        CHAIN.replace("{num_tokens: 6}", "{num_tokens: 6, start_delay_s: 0.2}")
+    )
     ticks = 0
 
     async def ticker():
@@ -128,8 +131,9 @@ async def test_async_create_does_not_block_the_loop(omni_settings, plugin_host):
 
 
 def test_startup_failure_names_the_stage(omni_settings, plugin_host):
-    config = PipelineConfig.from_yaml_text(CHAIN.replace("{num_tokens: 6}",
-                                                         "{num_tokens: 6, start_fails: true}"))
+    config = PipelineConfig.from_yaml_text(
+        CHAIN.replace("{num_tokens: 6}", "{num_tokens: 6, start_fails: true}")
+    )
     with pytest.raises(StartupError, match="stage 'talker' \\(id 1\\) replica 0 failed to start"):
         AsyncOmniEngine(config, settings=omni_settings, plugins=plugin_host)
 

@@ -31,8 +31,9 @@ def make_plugin(name: str, kinds: tuple[str, ...] = (), version: object = PLUGIN
 
 
 def test_entry_point_plugin_is_registered_with_its_distribution(fake_entry_points, omni_settings):
-    fake_entry_points.add("mine", make_plugin("mine", ("mykind",)), distribution="omni-mine",
-                          version="2.1")
+    fake_entry_points.add(
+        "mine", make_plugin("mine", ("mykind",)), distribution="omni-mine", version="2.1"
+    )
     host = PluginHost.create(omni_settings)
     assert "mykind" in host.stage_kinds()
     assert host.stage_kind_providers()["mykind"] == "mine"
@@ -47,10 +48,16 @@ def test_each_call_builds_a_fresh_manager(fake_entry_points, omni_settings):
     assert a.pm is not b.pm
 
 
-def test_import_failure_names_entry_point_distribution_and_version(fake_entry_points,
-                                                                   omni_settings):
-    fake_entry_points.add("broken", ImportError("No module named 'missing_dep'"),
-                          distribution="omni-broken", version="0.3", value="omni_broken.plugin")
+def test_import_failure_names_entry_point_distribution_and_version(
+    fake_entry_points, omni_settings
+):
+    fake_entry_points.add(
+        "broken",
+        ImportError("No module named 'missing_dep'"),
+        distribution="omni-broken",
+        version="0.3",
+        value="omni_broken.plugin",
+    )
     with pytest.raises(PluginLoadError) as err:
         PluginHost.create(omni_settings)
     message = str(err.value)
