@@ -102,6 +102,7 @@ class EngineRuntime:
                 reply=self.router.deliver,
                 settings=self.settings,
             )
+            del create  # a bound method of the engine: holding it would keep the engine alive
         except BaseException as exc:
             self._startup_error = exc
             self._started.set()

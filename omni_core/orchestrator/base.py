@@ -252,6 +252,7 @@ class OrchestratorBase(RoutingMixin):
                 "replicas": [pool.healthy(i) for i in range(len(pool.clients))],
                 "live": pool.has_live(),
                 "restarts": pool.restarts,
+                "pids": [getattr(c, "pid", None) for c in pool.clients],
             }
             for pool in self.pools.values()
         }
