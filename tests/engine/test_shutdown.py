@@ -95,7 +95,7 @@ async def collect_all(gen):
 def test_shutdown_is_bounded_with_a_full_queue(make_engine, omni_settings):
     settings = omni_settings.model_copy(update={"request_queue_size": 1})
     engine = make_engine(CHAIN, settings=settings)
-    for i in range(50):
+    for _ in range(50):
         engine._runtime.inbox.put_nowait(object(), force=True)  # stuff the queue
     start = time.monotonic()
     engine.shutdown(timeout=5)
