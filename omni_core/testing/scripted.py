@@ -31,9 +31,9 @@ _HEADER = struct.Struct("!I")
 class ScriptedStageClient(LocalStageClient):
     """In-process replica: steps only after the orchestrator took the previous batch."""
 
-    def __init__(self, label: str, stage_name: str, args: ScriptedArgs) -> None:
+    def __init__(self, label: str, stage_name: str, args: ScriptedArgs, replica: int = 0) -> None:
         super().__init__(label)
-        self.core = ScriptedCore(stage_name, args)
+        self.core = ScriptedCore(stage_name, args, replica)
         self._args = args
         self._work: asyncio.Event | None = None
         self._driver: asyncio.Task[None] | None = None
@@ -71,7 +71,11 @@ class ScriptedStageClient(LocalStageClient):
     async def add_request(self, request: StageRequest) -> None:
         self._check_alive()
         self.core.add(
-            request.request_id, request.prompt, request.params.max_tokens, request.streaming_input
+            request.request_id,
+            request.prompt,
+            request.params.max_tokens,
+            request.streaming_input,
+            request.params.extra.get("scripted"),
         )
         self._on_taken()
 
@@ -90,6 +94,8 @@ class ScriptedStageClient(LocalStageClient):
     ) -> Any:
         self._check_alive()
         result = self.core.rpc(method, args, kwargs)
+        if self.core.dead:
+            self._die(f"killed by RPC '{method}'")
         self._on_taken()
         return result
 
@@ -102,7 +108,8 @@ class ScriptedStageClient(LocalStageClient):
 class ScriptedProcessClient(LocalStageClient):
     """One replica in its own OS process (``process: true``)."""
 
-    def __init__(self, label: str, stage_name: str, args: ScriptedArgs) -> None:
+    def __init__(self, label: str, stage_name: str, args: ScriptedArgs, replica: int = 0) -> None:
+        self._replica = replica
         super().__init__(label)
         self._stage_name = stage_name
         self._args = args
@@ -123,7 +130,11 @@ class ScriptedProcessClient(LocalStageClient):
         await super().start()
         parent, child = socket.socketpair()
         config = msgspec.json.encode(
-            {"stage_name": self._stage_name, "args": self._args.model_dump()}
+            {
+                "stage_name": self._stage_name,
+                "args": self._args.model_dump(),
+                "replica": self._replica,
+            }
         ).decode()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "omni_core.testing.worker", str(child.fileno()), config],
@@ -189,6 +200,7 @@ class ScriptedProcessClient(LocalStageClient):
             request.prompt,
             request.params.max_tokens,
             request.streaming_input,
+            request.params.extra.get("scripted"),
         )
 
     async def add_input(self, request_id: str, prompt: Any, final: bool) -> None:
@@ -226,5 +238,5 @@ def make_scripted_client(stage: Any, replica: int, context: StageContext) -> Loc
     args = ScriptedArgs.model_validate(stage.engine_args)
     label = f"stage '{stage.name}' replica {replica}"
     if args.process:
-        return ScriptedProcessClient(label, stage.name, args)
-    return ScriptedStageClient(label, stage.name, args)
+        return ScriptedProcessClient(label, stage.name, args, replica)
+    return ScriptedStageClient(label, stage.name, args, replica)

@@ -67,6 +67,8 @@ class _Request:
     position: int = 0
     emitted: int = 0
     whole: list[int] = field(default_factory=list)
+    fail_after: int | None = None
+    hang_after: int | None = None
 
 
 class ScriptedCore:
@@ -74,8 +76,9 @@ class ScriptedCore:
 
     CONTROL = ("sleep", "wake_up", "pause_scheduler", "resume_scheduler")
 
-    def __init__(self, stage_name: str, args: ScriptedArgs) -> None:
+    def __init__(self, stage_name: str, args: ScriptedArgs, replica: int = 0) -> None:
         self.name = stage_name
+        self.replica = replica
         self.args = args
         self.running: dict[str, _Request] = {}
         self.total_outputs = 0
@@ -84,11 +87,24 @@ class ScriptedCore:
         self.sleeping = False
 
     # --- commands ---------------------------------------------------------------------------
-    def add(self, request_id: str, prompt: Any, max_tokens: int | None, streaming: bool) -> None:
+    def add(
+        self,
+        request_id: str,
+        prompt: Any,
+        max_tokens: int | None,
+        streaming: bool,
+        faults: dict[str, Any] | None = None,
+    ) -> None:
+        """``faults`` (from ``SamplingParams.extra["scripted"]``) inject per-request faults:
+        ``{"fail_after": N, "hang_after": N, "stages": [names]}`` (default: every stage)."""
         limit = (
             self.args.num_tokens if max_tokens is None else min(max_tokens, self.args.num_tokens)
         )
         req = _Request(request_id, limit, input_closed=not streaming)
+        req.fail_after, req.hang_after = self.args.fail_after, self.args.hang_after
+        if faults and self.name in faults.get("stages", [self.name]):
+            req.fail_after = faults.get("fail_after", req.fail_after)
+            req.hang_after = faults.get("hang_after", req.hang_after)
         req.chunks.append(prompt_tokens(prompt))
         self.running[request_id] = req
 
@@ -128,13 +144,17 @@ class ScriptedCore:
                 "sleeping": self.sleeping,
                 "total_outputs": self.total_outputs,
             }
+        if method == "die":  # kill this replica (all replicas, or only kwargs["replica"])
+            if kwargs.get("replica", self.replica) == self.replica:
+                self.dead = True
+            return {"dead": self.dead}
         if method == "echo":
             return {"args": list(args), "kwargs": kwargs}
         raise NotImplementedError(f"scripted stage '{self.name}' has no RPC '{method}'")
 
     # --- stepping -----------------------------------------------------------------------------
     def _can_emit(self, req: _Request) -> bool:
-        if self.args.hang_after is not None and req.emitted >= self.args.hang_after:
+        if req.hang_after is not None and req.emitted >= req.hang_after:
             return False
         return req.current is not None or bool(req.chunks) or req.input_closed
 
@@ -164,7 +184,7 @@ class ScriptedCore:
 
     def _advance(self, req: _Request) -> StageOutput | None:
         rid = req.request_id
-        if self.args.fail_after is not None and req.emitted >= self.args.fail_after:
+        if req.fail_after is not None and req.emitted >= req.fail_after:
             return StageOutput(
                 request_id=rid,
                 finished=True,

@@ -24,7 +24,8 @@ _HEADER = struct.Struct("!I")
 def main(argv: list[str]) -> int:
     sock = socket.socket(fileno=int(argv[1]))
     config = msgspec.json.decode(argv[2])
-    core = ScriptedCore(config["stage_name"], ScriptedArgs.model_validate(config["args"]))
+    args = ScriptedArgs.model_validate(config["args"])
+    core = ScriptedCore(config["stage_name"], args, config["replica"])
     enc, dec = msgspec.msgpack.Encoder(), msgspec.msgpack.Decoder()
     sel = selectors.DefaultSelector()
     sel.register(sock, selectors.EVENT_READ)
@@ -64,8 +65,8 @@ def main(argv: list[str]) -> int:
 def handle(core: ScriptedCore, frame: list[Any], send: Any) -> None:
     kind = frame[0]
     if kind == "add":
-        _, rid, prompt, max_tokens, streaming = frame
-        core.add(rid, prompt, max_tokens, streaming)
+        _, rid, prompt, max_tokens, streaming, faults = frame
+        core.add(rid, prompt, max_tokens, streaming, faults)
     elif kind == "input":
         _, rid, prompt, final = frame
         core.add_input(rid, prompt, final)
@@ -80,6 +81,8 @@ def handle(core: ScriptedCore, frame: list[Any], send: Any) -> None:
             else:
                 value = core.rpc(args[0], tuple(args[1]), args[2])
             send("ack", call_id, True, value)
+            if core.dead:
+                os._exit(17)
         except Exception as exc:
             send("ack", call_id, False, [type(exc).__name__, str(exc)])
 
