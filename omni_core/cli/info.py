@@ -35,17 +35,21 @@ def register(app: typer.Typer, state: CliState) -> None:
     ) -> None:
         """Check pipeline files against the installed plugins; one line per problem."""
         problems: list[str] = []
+        first: ConfigError | None = None
         for file in files:
             try:
                 resolved = resolve_pipeline(file if file.exists() else str(file), state.host)
             except ConfigError as exc:
                 problems.extend(exc.problems)
+                first = first or exc
             except Exception as exc:
                 raise fail(state, exc) from None
             else:
                 console.print(f"{file}: ok ({len(resolved.stages)} stages)")
         if problems:
-            raise fail(state, ConfigError(problems))
+            error = ConfigError(problems)
+            error.__cause__ = first  # --debug shows where the first problem was found
+            raise fail(state, error)
 
     @plugins_app.command("list")
     def plugins_list() -> None:

@@ -30,8 +30,11 @@ class TerminalMachine(RuleBasedStateMachine):
     def start(self):
         self.loop = asyncio.new_event_loop()
         settings_ = OmniSettings(startup_timeout_s=30, shutdown_timeout_s=5)
-        self.engine = AsyncOmniEngine(PIPELINE, settings=settings_,
-                                      plugins=PluginHost.create(settings_, load_entry_points=False))
+        self.engine = AsyncOmniEngine(
+            PIPELINE,
+            settings=settings_,
+            plugins=PluginHost.create(settings_, load_entry_points=False),
+        )
         self.tasks: dict[str, asyncio.Task] = {}
         self.counter = 0
         self.shut = False
@@ -40,8 +43,9 @@ class TerminalMachine(RuleBasedStateMachine):
         terminals = 0
         after_terminal = 0
         try:
-            async for out in self.engine.generate(f"p{rid}", request_id=rid,
-                                                  sampling_params=params):
+            async for out in self.engine.generate(
+                f"p{rid}", request_id=rid, sampling_params=params
+            ):
                 if terminals:
                     after_terminal += 1
                 terminals += out.finished
@@ -68,7 +72,8 @@ class TerminalMachine(RuleBasedStateMachine):
         rid = data.draw(st.sampled_from(sorted(self.tasks)))
         if acknowledged:
             result = self.loop.run_until_complete(
-                asyncio.wait_for(self.engine.abort_async(rid), BOUND_S))
+                asyncio.wait_for(self.engine.abort_async(rid), BOUND_S)
+            )
             assert result.success
             assert sum(o.finished for o in result.outputs) <= 1
         else:
@@ -78,15 +83,20 @@ class TerminalMachine(RuleBasedStateMachine):
     @precondition(lambda self: not self.shut)
     @rule(stage=st.integers(0, 2), replica=st.integers(0, 1))
     def kill_replica(self, stage, replica):
-        self.loop.run_until_complete(asyncio.wait_for(self.engine.collective_rpc(
-            "die", kwargs={"replica": replica}, stage_ids=[stage]), BOUND_S))
+        self.loop.run_until_complete(
+            asyncio.wait_for(
+                self.engine.collective_rpc("die", kwargs={"replica": replica}, stage_ids=[stage]),
+                BOUND_S,
+            )
+        )
         self._pump(0.01)
 
     @precondition(lambda self: not self.shut)
     @rule(method=st.sampled_from(["get_state", "pause_scheduler", "resume_scheduler"]))
     def control_rpc(self, method):
         results = self.loop.run_until_complete(
-            asyncio.wait_for(self.engine.collective_rpc(method), BOUND_S))
+            asyncio.wait_for(self.engine.collective_rpc(method), BOUND_S)
+        )
         assert len(results) <= 6
         if method == "pause_scheduler":  # never leave it paused
             self.loop.run_until_complete(self.engine.resume_scheduler())
@@ -124,24 +134,29 @@ class TerminalMachine(RuleBasedStateMachine):
         if not hasattr(self, "engine"):
             return
         try:
-            done, pending = self.loop.run_until_complete(
-                asyncio.wait(list(self.tasks.values()), timeout=BOUND_S)
-            ) if self.tasks else (set(), set())
+            done, pending = (
+                self.loop.run_until_complete(
+                    asyncio.wait(list(self.tasks.values()), timeout=BOUND_S)
+                )
+                if self.tasks
+                else (set(), set())
+            )
             assert not pending, f"{len(pending)} generate() calls hung"
             for rid, task in self.tasks.items():
                 terminals, after = task.result()
                 assert terminals == 1, f"{rid}: {terminals} terminals"
                 assert after == 0, f"{rid}: {after} outputs after its terminal"
             if not self.shut:
-                assert self.engine.request_tables() == {"requests": 0, "runs": 0,
-                                                        "bindings": 0}
+                assert self.engine.request_tables() == {"requests": 0, "runs": 0, "bindings": 0}
         finally:
             self.engine.shutdown()
             self.loop.close()
 
 
 TerminalMachine.TestCase.settings = settings(
-    max_examples=25, stateful_step_count=25, deadline=None,
+    max_examples=25,
+    stateful_step_count=25,
+    deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
 test_terminal_state_property = TerminalMachine.TestCase

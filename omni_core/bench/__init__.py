@@ -1,0 +1,1 @@
+"""Benchmarks and stress runs shipped with omni-core (``omni bench NAME``)."""

@@ -1,0 +1,3 @@
+from omni_core.cli import main
+
+main()
