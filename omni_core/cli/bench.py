@@ -1,4 +1,4 @@
-"""``omni bench``: benchmarks and stress runs shipped in :mod:`omni_core.bench`."""
+"""``omni bench [NAME...] [--quick]``: benchmarks with same-run baselines, and the chaos run."""
 
 from __future__ import annotations
 
@@ -6,26 +6,67 @@ import logging
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.console import Console
+from rich.table import Table
 
 if TYPE_CHECKING:
     from omni_core.cli.app import CliState
 
+ALL = ("hop", "throughput", "idle", "scaling", "chaos", "vllm")
+DEFAULT = ("hop", "throughput", "idle", "scaling", "chaos")
+
 
 def register(app: typer.Typer, state: CliState) -> None:
-    bench = typer.Typer(
-        help="Benchmarks and stress runs.", no_args_is_help=True, rich_markup_mode=None
-    )
-    app.add_typer(bench, name="bench")
-
-    @bench.command("chaos")
-    def chaos(
-        requests: Annotated[int, typer.Option(help="Requests to push through.")] = 10_000,
-        concurrency: Annotated[int, typer.Option(help="Requests in flight at once.")] = 256,
-        seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
+    @app.command("bench")
+    def bench(
+        names: Annotated[
+            list[str] | None, typer.Argument(help=f"Benchmarks to run: {', '.join(ALL)}.")
+        ] = None,
+        quick: Annotated[bool, typer.Option(help="About a second per benchmark.")] = False,
+        requests: Annotated[int, typer.Option(help="chaos: requests to push.")] = 10_000,
+        concurrency: Annotated[int, typer.Option(help="chaos: requests in flight.")] = 256,
+        seed: Annotated[int, typer.Option(help="chaos: random seed.")] = 0,
     ) -> None:
-        """Random aborts, request failures and replica deaths; exits 1 on any violation."""
-        from omni_core.bench.chaos import main
+        """Run benchmarks; each prints its figures with baselines measured in the same run.
 
-        if not state.debug:  # replica deaths and restarts are expected here
+        Exits 1 only if a benchmark crashes or its correctness checks fail, never on a timing.
+        """
+        from omni_core.bench.orchestration import BENCHES, Row
+
+        selected = list(names or DEFAULT)
+        unknown = [n for n in selected if n not in ALL]
+        if unknown:
+            from omni_core.cli.app import fail
+            from omni_core.errors import RequestError
+
+            raise fail(state, RequestError(f"unknown benchmark(s) {unknown}; known: {ALL}"))
+        if not state.debug:  # replica deaths and restarts are expected in chaos
             logging.getLogger("omni_core").setLevel(logging.ERROR)
-        raise typer.Exit(main(requests, concurrency, seed))
+        console = Console(width=160)
+        rows: list[Row] = []
+        failed = False
+        for name in selected:
+            try:
+                if name == "chaos":
+                    from omni_core.bench.chaos import main as chaos
+
+                    failed |= chaos(300 if quick else requests, concurrency, seed) != 0
+                elif name == "vllm":
+                    from omni_core.bench.vllm import bench_vllm
+
+                    rows.extend(bench_vllm(quick))
+                else:
+                    rows.extend(BENCHES[name](quick))
+            except Exception as exc:
+                failed = True
+                console.print(f"bench {name} failed: {type(exc).__name__}: {exc}", markup=False)
+        if rows:
+            table = Table("bench", "case", "figure", "value", "baseline", "ratio")
+            for row in rows:
+                base = "" if row.baseline is None else f"{row.baseline:,.2f} ({row.baseline_name})"
+                ratio = "" if row.ratio is None else f"{row.ratio:.2f}x"
+                table.add_row(
+                    row.bench, row.case, row.figure, f"{row.value:,.2f} {row.unit}", base, ratio
+                )
+            console.print(table)
+        raise typer.Exit(1 if failed else 0)

@@ -1,0 +1,176 @@
+"""A zero-cost fake engine behind the real stage-client seam, for the orchestration benchmarks.
+
+Per replica: a running set and an engine thread. One *step* emits one batch with one new token for
+every running request (the T-th token finishes it); the batch crosses a thread boundary into the
+orchestrator loop the way a real engine's output arrives; the next step happens only after the
+orchestrator took the previous batch (at most one untaken batch per replica).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from omni_core.errors import EngineDeadError
+from omni_core.outputs import StageOutput
+from omni_core.plugin import PLUGIN_API_VERSION, hookimpl
+from omni_core.plugin.types import StageKind
+from omni_core.stage.client import StageContext, StageRequest
+
+OMNI_PLUGIN_API_VERSION = PLUGIN_API_VERSION
+
+
+class FakeArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    tokens: int = 16
+    expect_prompt_len: int | None = None
+
+
+class Probe:
+    """Shared timestamps for the hop benchmark and correctness counters."""
+
+    def __init__(self) -> None:
+        self.handed: dict[tuple[str, int], int] = {}  # (request, stage) -> ns final output handed
+        self.hops: list[int] = []
+        self.bad_prompts = 0
+
+
+PROBE = Probe()
+
+
+class FakeEngineClient:
+    def __init__(self, stage_id: int, args: FakeArgs) -> None:
+        self.stage_id = stage_id
+        self.args = args
+        self._cond = threading.Condition()
+        self._pending: list[str] = []
+        self._aborted: set[str] = set()
+        self._taken = True
+        self._closed = False
+        self._batch: list[StageOutput] | None = None
+        self._ready: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._ready = asyncio.Event()
+        self._thread = threading.Thread(
+            target=self._engine, daemon=True, name=f"fake-engine-{self.stage_id}"
+        )
+        self._thread.start()
+
+    # --- engine thread ------------------------------------------------------------------------
+    def _engine(self) -> None:
+        running: dict[str, int] = {}
+        tokens = self.args.tokens
+        stage = self.stage_id
+        handed = PROBE.handed
+        deliver = self._deliver
+        while True:
+            with self._cond:
+                while not self._closed and not (self._taken and (self._pending or running)):
+                    self._cond.wait()
+                if self._closed:
+                    return
+                for rid in self._pending:
+                    running[rid] = 0
+                self._pending.clear()
+                for rid in self._aborted:
+                    running.pop(rid, None)
+                self._aborted.clear()
+                self._taken = False
+            batch = []
+            for rid, count in list(running.items()):
+                count += 1
+                done = count >= tokens
+                batch.append(
+                    StageOutput(
+                        request_id=rid,
+                        token_ids=[count],
+                        finished=done,
+                        finish_reason="length" if done else None,
+                    )
+                )
+                if done:
+                    del running[rid]
+                    handed[(rid, stage)] = time.perf_counter_ns()
+                else:
+                    running[rid] = count
+            if not batch:
+                with self._cond:
+                    self._taken = True
+                continue
+            assert self._loop is not None
+            try:
+                self._loop.call_soon_threadsafe(deliver, batch)
+            except RuntimeError:
+                return
+
+    def _deliver(self, batch: list[StageOutput]) -> None:
+        self._batch = batch
+        assert self._ready is not None
+        self._ready.set()
+
+    # --- orchestrator loop --------------------------------------------------------------------
+    async def add_request(self, request: StageRequest) -> None:
+        if self.stage_id > 0:
+            before = PROBE.handed.pop((request.request_id, self.stage_id - 1), None)
+            if before is not None:
+                PROBE.hops.append(time.perf_counter_ns() - before)
+        expected = self.args.expect_prompt_len
+        if expected is not None and len(request.prompt) != expected:
+            PROBE.bad_prompts += 1
+        with self._cond:
+            self._pending.append(request.request_id)
+            self._cond.notify()
+
+    async def add_input(self, request_id: str, prompt: Any, final: bool) -> None:
+        raise NotImplementedError
+
+    async def abort(self, request_ids: list[str]) -> None:
+        with self._cond:
+            self._aborted.update(request_ids)
+            self._cond.notify()
+
+    async def collective_rpc(
+        self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        raise NotImplementedError(method)
+
+    async def get_outputs(self) -> list[StageOutput]:
+        assert self._ready is not None
+        while self._batch is None:
+            if self._closed:
+                raise EngineDeadError("fake engine closed")
+            await self._ready.wait()
+            self._ready.clear()
+        batch, self._batch = self._batch, None
+        with self._cond:
+            self._taken = True
+            self._cond.notify()
+        return batch
+
+    def is_healthy(self) -> bool:
+        return not self._closed
+
+    async def shutdown(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        if self._ready is not None:
+            self._ready.set()
+
+
+def _factory(stage: Any, replica: int, context: StageContext) -> FakeEngineClient:
+    return FakeEngineClient(stage.id, FakeArgs.model_validate(stage.engine_args))
+
+
+@hookimpl
+def omni_register_stage_kinds() -> list[StageKind]:
+    return [StageKind("bench-fake", _factory, FakeArgs, "zero-cost threaded fake engine")]

@@ -1,0 +1,284 @@
+"""Orchestration benchmarks: hop latency, throughput, idle CPU, scaling — each with a baseline
+measured in the same run and printed as a ratio (the figure of record).
+
+Load: K fake AR stages in a chain (one replica each unless said), the last the only final stage;
+stage 0 gets an 8-token prompt, stage i+1 the 16 tokens stage i produced (checked); every
+final-stage token reaches the caller as its own streamed output (checked: 16 per request).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import statistics
+import threading
+import time
+from dataclasses import dataclass
+
+from omni_core.bench import fake
+from omni_core.config.pipeline import PipelineConfig
+from omni_core.config.settings import OmniSettings
+from omni_core.engine.async_engine import AsyncOmniEngine
+from omni_core.plugin.hooks import PluginHost
+
+TOKENS = 16
+PROMPT = list(range(8))
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Row:
+    bench: str
+    case: str
+    figure: str
+    value: float
+    unit: str
+    baseline: float | None = None
+    baseline_name: str = ""
+
+    @property
+    def ratio(self) -> float | None:
+        if self.baseline in (None, 0):
+            return None
+        return self.value / self.baseline
+
+
+class CheckFailed(AssertionError):
+    pass
+
+
+def pipeline(stages: int, replicas: int = 1) -> PipelineConfig:
+    rows = []
+    for i in range(stages):
+        rows.append(
+            {
+                "id": i,
+                "name": f"s{i}",
+                "kind": "bench-fake",
+                "replicas": replicas,
+                "engine_args": {"tokens": TOKENS, "expect_prompt_len": 8 if i == 0 else TOKENS},
+                "inputs": [i - 1] if i else [],
+                "final_output": i == stages - 1,
+            }
+        )
+    return PipelineConfig.from_dict({"name": f"bench-k{stages}", "stages": rows}, source="<bench>")
+
+
+def make_engine(stages: int, replicas: int = 1) -> AsyncOmniEngine:
+    settings = OmniSettings()
+    host = PluginHost.create(settings, load_entry_points=False, extra_plugins=[("bench", fake)])
+    return AsyncOmniEngine(pipeline(stages, replicas), settings=settings, plugins=host)
+
+
+def thread_cpu_s(native_id: int | None) -> float:
+    with open(f"/proc/self/task/{native_id}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+# --- baselines ----------------------------------------------------------------------------------
+def handoff_baseline(samples: int) -> list[int]:
+    """Bare thread → event-loop hand-off latency (ns), one at a time."""
+
+    async def run() -> list[int]:
+        loop = asyncio.get_running_loop()
+        out: list[int] = []
+        got = threading.Event()
+
+        def land(t0: int) -> None:
+            out.append(time.perf_counter_ns() - t0)
+            got.set()
+
+        def sender() -> None:
+            for _ in range(samples):
+                got.clear()
+                loop.call_soon_threadsafe(land, time.perf_counter_ns())
+                got.wait()
+
+        await asyncio.to_thread(sender)
+        return out
+
+    return asyncio.run(run())
+
+
+def router_baseline(messages: int) -> float:
+    """A minimal router on one loop (queue get + dict lookup + put): messages per second."""
+    inbox: asyncio.Queue[tuple[int, int]] = asyncio.Queue()
+    outs = [asyncio.Queue() for _ in range(64)]  # type: ignore[var-annotated]
+    table = {i: outs[i % 64] for i in range(1024)}
+    for i in range(messages):
+        inbox.put_nowait((i & 1023, i))
+    start = time.perf_counter()
+    while not inbox.empty():
+        key, value = inbox.get_nowait()
+        table[key].put_nowait(value)
+    return messages / (time.perf_counter() - start)
+
+
+# --- load -----------------------------------------------------------------------------------------
+async def drive(engine: AsyncOmniEngine, concurrency: int, seconds: float) -> tuple[int, float]:
+    """C callers issuing requests back to back for ``seconds``; returns (requests, wall)."""
+    stop = time.perf_counter() + seconds
+    done = 0
+
+    async def caller() -> None:
+        nonlocal done
+        while time.perf_counter() < stop:
+            outs = finished = 0
+            async for out in engine.generate(PROMPT):
+                outs += 1
+                finished += out.finished
+            if outs != TOKENS or finished != 1:
+                raise CheckFailed(f"a request got {outs} outputs / {finished} terminals")
+            done += 1
+
+    start = time.perf_counter()
+    await asyncio.gather(*(caller() for _ in range(concurrency)))
+    return done, time.perf_counter() - start
+
+
+def measure(
+    stages: int, concurrency: int, seconds: float, replicas: int = 1
+) -> tuple[float, float, list[int]]:
+    """(routed outputs/s, orchestrator CPU µs per output, hops ns) for one configuration."""
+    engine = make_engine(stages, replicas)
+    try:
+        fake.PROBE.hops.clear()
+        fake.PROBE.bad_prompts = 0
+        tid = engine._runtime.thread.native_id  # type: ignore[union-attr]
+        asyncio.run(drive(engine, min(concurrency, 8), min(seconds, 0.2)))  # warm-up
+        fake.PROBE.hops.clear()
+        cpu0 = thread_cpu_s(tid)
+        requests, wall = asyncio.run(drive(engine, concurrency, seconds))
+        cpu = thread_cpu_s(tid) - cpu0
+        if fake.PROBE.bad_prompts:
+            raise CheckFailed(f"{fake.PROBE.bad_prompts} stage prompts had the wrong length")
+        if engine.num_active_requests:
+            raise CheckFailed("requests left in the orchestrator")
+        outputs = requests * stages * TOKENS
+        return outputs / wall, cpu / outputs * 1e6, list(fake.PROBE.hops)
+    finally:
+        engine.shutdown()
+
+
+def pct(values: list[int], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] / 1e3  # µs
+
+
+# --- benchmarks -----------------------------------------------------------------------------------
+def bench_hop(quick: bool) -> list[Row]:
+    handoff = handoff_baseline(300 if quick else 3000)
+    base = statistics.median(handoff) / 1e3
+    rows = [Row("hop", "baseline", "thread→loop hand-off p50", base, "µs")]
+    for c in (1,) if quick else (1, 64, 256):
+        _, _, hops = measure(3, c, 0.5 if quick else 3.0)
+        if not hops:
+            raise CheckFailed("no inter-stage hop was observed")
+        rows.append(Row("hop", f"K=3 C={c}", "hop p50", pct(hops, 0.5), "µs", base, "hand-off p50"))
+        rows.append(
+            Row("hop", f"K=3 C={c}", "hop p99", pct(hops, 0.99), "µs", base, "hand-off p50")
+        )
+    return rows
+
+
+def bench_throughput(quick: bool) -> list[Row]:
+    router = router_baseline(100_000 if quick else 1_000_000)
+    rows = [Row("throughput", "baseline", "minimal router", router, "msg/s")]
+    cases = [(3, 256)] if quick else [(k, c) for k in (1, 3) for c in (1, 64, 256)]
+    for k, c in cases:
+        rate, cpu_us, _ = measure(k, c, 0.5 if quick else 3.0)
+        rows.append(
+            Row(
+                "throughput",
+                f"K={k} C={c}",
+                "routed outputs/s",
+                rate,
+                "out/s",
+                router,
+                "minimal router",
+            )
+        )
+        rows.append(
+            Row(
+                "throughput",
+                f"K={k} C={c}",
+                "orchestrator CPU/output",
+                cpu_us,
+                "µs",
+                1e6 / router,
+                "router µs/msg",
+            )
+        )
+    return rows
+
+
+def bench_idle(quick: bool) -> list[Row]:
+    seconds = 1.0 if quick else 10.0
+    baseline_start = time.process_time()
+    time.sleep(seconds / 4)
+    bare = (time.process_time() - baseline_start) / (seconds / 4) * 100
+    engine = make_engine(3)
+    try:
+        time.sleep(0.1)
+        start = time.process_time()
+        time.sleep(seconds)
+        used = (time.process_time() - start) / seconds * 100
+    finally:
+        engine.shutdown()
+    return [
+        Row(
+            "idle",
+            "3 stages",
+            "CPU while idle",
+            used,
+            "% core",
+            max(bare, 1e-9),
+            "process without engine",
+        )
+    ]
+
+
+def bench_scaling(quick: bool) -> list[Row]:
+    rows = []
+    cs = (64, 1024) if quick else (64, 256, 1024, 4096)
+    first = None
+    for c in cs:
+        _, cpu_us, _ = measure(3, c, 0.5 if quick else 2.0)
+        first = first or cpu_us
+        rows.append(
+            Row(
+                "scaling",
+                f"K=3 C={c}",
+                "orchestrator CPU/output",
+                cpu_us,
+                "µs",
+                first,
+                f"C={cs[0]}",
+            )
+        )
+    reps = (1, 4) if quick else (1, 2, 4, 8)
+    first = None
+    for r in reps:
+        _, cpu_us, _ = measure(3, 256, 0.5 if quick else 2.0, replicas=r)
+        first = first or cpu_us
+        rows.append(
+            Row(
+                "scaling",
+                f"K=3 C=256 replicas={r}",
+                "orchestrator CPU/output",
+                cpu_us,
+                "µs",
+                first,
+                "replicas=1",
+            )
+        )
+    return rows
+
+
+BENCHES = {
+    "hop": bench_hop,
+    "throughput": bench_throughput,
+    "idle": bench_idle,
+    "scaling": bench_scaling,
+}
