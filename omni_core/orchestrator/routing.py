@@ -73,6 +73,12 @@ class RoutingMixin:
         for stage in config.stages:
             for edge in stage.inputs:
                 self.downstream[edge.stage].append((stage.id, edge))
+        self.stream_sources = frozenset(
+            e.stage for s in config.stages for e in s.inputs if e.mode == "stream"
+        )
+        self.stage_info = {
+            sid: (st.name, st.config.final_output_type) for sid, st in self.pipeline.stages.items()
+        }
         self._plans: dict[tuple[str, ...] | None, tuple[frozenset[int], tuple[int, ...]]] = {}
 
     def plan(self, modalities: list[str] | None) -> tuple[frozenset[int], tuple[int, ...]]:
@@ -185,11 +191,19 @@ class RoutingMixin:
             if out.error is not None:
                 await self.fail_run(run, stage_id, out.error)
                 continue
-            await self.route(run, stage_id, out)
+            if self._record(run, sr, stage_id, out):
+                await self._advance(run, stage_id, out)
 
     async def route(self, run: RunState, stage_id: int, out: StageOutput) -> None:
         """Record one stage output, emit it if final, forward it, converge the terminal."""
-        sr = run.stages[stage_id]
+        if self._record(run, run.stages[stage_id], stage_id, out):
+            await self._advance(run, stage_id, out)
+
+    def _record(self, run: RunState, sr: StageRun, stage_id: int, out: StageOutput) -> bool:
+        """The synchronous part of routing (every token takes it): record and emit.
+
+        Returns True when the output may forward or finish something (``_advance`` must run).
+        """
         sr.result.add(out)
         if not sr.t_first:
             sr.t_first = time.monotonic()
@@ -199,33 +213,41 @@ class RoutingMixin:
             if sr.replica is not None:
                 self.pools[stage_id].bound[sr.replica].discard(run.run_id)
         if self._intercept_stage_output(run, stage_id, out):
-            return
-        is_final = stage_id in run.finals
-        completes = False
-        if is_final and out.finished:
-            run.finished_finals.add(stage_id)
-            completes = len(run.finished_finals) == len(run.finals)
-        if is_final and run.visible:
-            self._emit_stage_output(run, stage_id, out, completes)
+            return False
+        if stage_id in run.finals:
+            completes = False
+            if out.finished:
+                run.finished_finals.add(stage_id)
+                completes = len(run.finished_finals) == len(run.finals)
+            if run.visible:
+                self._emit_stage_output(run, stage_id, out, completes)
+        return out.finished or stage_id in self.stream_sources
+
+    async def _advance(self, run: RunState, stage_id: int, out: StageOutput) -> None:
         for target, edge in self.downstream[stage_id]:
             if target in run.needed and not run.terminal:
                 await self._feed(run, stage_id, target, edge, out)
-        if completes and not run.terminal:
+        if (
+            out.finished
+            and not run.terminal
+            and stage_id in run.finals
+            and len(run.finished_finals) == len(run.finals)
+        ):
             self._terminate_run(run, out.finish_reason or "stop", None)
 
     def _emit_stage_output(
         self, run: RunState, stage_id: int, out: StageOutput, completes: bool
     ) -> None:
-        stage = self.pipeline.stages[stage_id]
-        last = completes and run.parent.live == {run.run_id}
+        name, output_type = self.stage_info[stage_id]
+        last = completes and len(run.parent.live) == 1 and run.run_id in run.parent.live
         self.emitter.emit(
             run.parent.stream,
             OmniRequestOutput(
                 request_id=run.parent.request_id,
                 index=run.index,
                 stage_id=stage_id,
-                stage_name=stage.name,
-                output_type=stage.config.final_output_type,
+                stage_name=name,
+                output_type=output_type,
                 finished=last,
                 finish_reason=out.finish_reason if out.finished else None,
                 text=out.text,
