@@ -226,3 +226,48 @@ class ScriptedCore:
             finished=True,
             finish_reason=reason,
         )
+
+
+class ScriptedWorkerEngine:
+    """The scripted engine as a process replica's engine (see :mod:`omni_core.stage.worker`)."""
+
+    def __init__(self, core: ScriptedCore) -> None:
+        self.core = core
+        self.step_delay_s = core.args.delay_s
+
+    @property
+    def dead(self) -> bool:
+        return self.core.dead
+
+    def add(self, request: Any) -> None:
+        self.core.add(
+            request.request_id,
+            request.prompt,
+            request.params.max_tokens,
+            request.streaming_input,
+            request.params.extra.get("scripted"),
+        )
+
+    def add_input(self, request_id: str, prompt: Any, final: bool) -> None:
+        self.core.add_input(request_id, prompt, final)
+
+    def abort(self, request_ids: list[str]) -> None:
+        self.core.abort(request_ids)
+
+    def rpc(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if method == "get_state":
+            import os
+
+            return {**self.core.rpc(method, args, kwargs), "pid": os.getpid()}
+        return self.core.rpc(method, args, kwargs)
+
+    def has_work(self) -> bool:
+        return self.core.has_work()
+
+    def step(self) -> list[StageOutput]:
+        return self.core.step()
+
+
+def worker_engine(config: dict[str, Any]) -> ScriptedWorkerEngine:
+    args = ScriptedArgs.model_validate(config["args"])
+    return ScriptedWorkerEngine(ScriptedCore(config["stage_name"], args, config["replica"]))

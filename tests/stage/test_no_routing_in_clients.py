@@ -18,7 +18,8 @@ CLIENT_MODULES = [
     "omni_core.stage.python_kind",
     "omni_core.testing.scripted",
     "omni_core.testing.scripted_core",
-    "omni_core.testing.worker",
+    "omni_core.stage.process",
+    "omni_core.stage.worker",
 ]
 
 

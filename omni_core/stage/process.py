@@ -1,0 +1,167 @@
+"""Stage replicas in their own OS process: the parent-side client.
+
+The replica runs ``python -m omni_core.stage.worker`` with one end of a socketpair; frames are
+length-prefixed pickles. The socket is also the replica's lifeline: when the engine's process
+closes it or dies (SIGTERM, SIGKILL, anything), the worker reads EOF and exits, so no stage
+process outlives its engine. The worker builds its engine with the ``factory`` named in its
+config (``"module:function"``, called with the config dict).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+import pickle
+import signal
+import socket
+import struct
+import subprocess
+import sys
+from typing import Any
+
+from omni_core.errors import EngineDeadError, StartupError
+from omni_core.outputs import StageOutput
+from omni_core.stage.client import StageRequest
+from omni_core.stage.local import LocalStageClient
+
+HEADER = struct.Struct("!I")
+
+
+def encode(frame: Any) -> bytes:
+    body = pickle.dumps(frame, protocol=pickle.HIGHEST_PROTOCOL)
+    return HEADER.pack(len(body)) + body
+
+
+class ProcessStageClient(LocalStageClient):
+    """Parent side of a process replica: sends commands, streams outputs, correlates calls."""
+
+    def __init__(
+        self,
+        label: str,
+        config: dict[str, Any],
+        env: dict[str, str] | None = None,
+        start_timeout_s: float = 600.0,
+    ) -> None:
+        super().__init__(label)
+        self._config = config
+        self._env = env
+        self._start_timeout_s = start_timeout_s
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._reader_task: asyncio.Task[None] | None = None
+        self._calls: dict[int, asyncio.Future[Any]] = {}
+        self._ids = itertools.count()
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    async def start(self) -> None:
+        await super().start()
+        parent, child = socket.socketpair()
+        env = None if self._env is None else {**os.environ, **self._env}
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "omni_core.stage.worker",
+                str(child.fileno()),
+                json.dumps(self._config),
+            ],
+            pass_fds=[child.fileno()],
+            close_fds=True,
+            stdin=subprocess.DEVNULL,
+            env=env,
+        )
+        child.close()
+        reader, self._writer = await asyncio.open_connection(sock=parent)
+        self._reader_task = asyncio.get_running_loop().create_task(self._read(reader))
+        try:
+            await asyncio.wait_for(self._call("ping"), self._start_timeout_s)
+        except (EngineDeadError, TimeoutError, RuntimeError) as exc:
+            self.kill()
+            raise StartupError(f"{self.label}: worker failed to start: {exc}") from exc
+
+    async def _read(self, reader: asyncio.StreamReader) -> None:
+        try:
+            while True:
+                (size,) = HEADER.unpack(await reader.readexactly(HEADER.size))
+                kind, *rest = pickle.loads(await reader.readexactly(size))
+                if kind == "out":
+                    for out in rest[0]:
+                        self._emit(out)
+                elif kind == "ack":
+                    call_id, ok, value = rest
+                    fut = self._calls.pop(call_id, None)
+                    if fut is not None and not fut.done():
+                        if ok:
+                            fut.set_result(value)
+                        else:
+                            fut.set_exception(_remote_error(*value))
+        except (asyncio.IncompleteReadError, ConnectionError, OSError):
+            pass
+        code = self.proc.poll() if self.proc is not None else None
+        reason = "shut down" if self._closed else f"process {self.pid} exited (code {code})"
+        self._die(reason)
+        for fut in self._calls.values():
+            if not fut.done():
+                fut.set_exception(EngineDeadError(f"{self.label} is dead: {reason}"))
+        self._calls.clear()
+
+    def _send(self, *frame: Any) -> None:
+        self._check_alive()
+        assert self._writer is not None
+        self._writer.write(encode(frame))
+
+    async def _call(self, method: str, *args: Any) -> Any:
+        call_id = next(self._ids)
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._calls[call_id] = fut
+        self._send("call", call_id, method, args)
+        return await fut
+
+    async def add_request(self, request: StageRequest) -> None:
+        self._send("add", request)
+
+    async def add_input(self, request_id: str, prompt: Any, final: bool) -> None:
+        self._send("input", request_id, prompt, final)
+
+    async def abort(self, request_ids: list[str]) -> None:
+        await self._call("abort", request_ids)
+
+    async def collective_rpc(
+        self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        return await self._call("rpc", method, tuple(args), kwargs)
+
+    async def shutdown(self) -> None:
+        self._closed = True
+        if self._writer is not None:
+            self._writer.close()
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                await asyncio.wait_for(asyncio.to_thread(self.proc.wait), timeout=5.0)
+            except TimeoutError:
+                self.kill()
+                await asyncio.to_thread(self.proc.wait)
+        if self._reader_task is not None:
+            self._reader_task.cancel()
+        await super().shutdown()
+
+    def kill(self) -> None:
+        """SIGKILL the worker (tests of replica death; last resort at shutdown)."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+
+
+def _remote_error(type_name: str, message: str) -> Exception:
+    if type_name == "NotImplementedError":
+        return NotImplementedError(message)
+    if type_name == "EngineDeadError":
+        return EngineDeadError(message)
+    return RuntimeError(f"{type_name}: {message}")
+
+
+__all__ = ["HEADER", "ProcessStageClient", "StageOutput", "encode"]
