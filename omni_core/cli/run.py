@@ -24,8 +24,15 @@ def register(app: typer.Typer, state: CliState) -> None:
 
     @app.command("run")
     def run(
-        pipeline: Annotated[str, typer.Argument(help="Pipeline YAML file or registered name.")],
-        prompt: Annotated[str, typer.Option("--prompt", "-p", help="The prompt text.")],
+        pipeline: Annotated[
+            str, typer.Argument(help="Pipeline YAML file or registered name.")
+        ] = "tiny-omni",
+        prompt: Annotated[
+            str, typer.Option("--prompt", "-p", help="The prompt text.")
+        ] = "Hello omni world",
+        output_dir: Annotated[
+            Path, typer.Option("--output-dir", "-o", help="Where WAV/PNG outputs are written.")
+        ] = Path("omni-out"),
         max_tokens: Annotated[int | None, typer.Option(help="Max tokens per stage.")] = None,
         seed: Annotated[int | None, typer.Option(help="Sampling seed.")] = None,
         temperature: Annotated[float | None, typer.Option(help="Sampling temperature.")] = None,
@@ -65,6 +72,7 @@ def register(app: typer.Typer, state: CliState) -> None:
         finally:
             engine.shutdown()
         _summary(outputs)
+        _write_media(outputs, output_dir)
         if outputs and outputs[-1].finish_reason in ("error", "abort", "timeout"):
             raise typer.Exit(1)
 
@@ -132,3 +140,24 @@ def _summary(outputs: list[OmniRequestOutput]) -> None:
     console.print(table)
     if final is not None:
         console.print(f"finish_reason: {final.finish_reason}")
+
+
+def _write_media(outputs: list[OmniRequestOutput], output_dir: Path) -> None:
+    """Write audio outputs as one WAV and the last image as a PNG; print their paths."""
+    from omni_core.media import AudioChunk, Image, write_png, write_wav
+
+    audio = [o.payload for o in outputs if isinstance(o.payload, AudioChunk)]
+    images = [o.payload for o in outputs if isinstance(o.payload, Image)]
+    if not audio and not images:
+        return
+    output_dir.mkdir(parents=True, exist_ok=True)
+    request_id = outputs[-1].request_id
+    console = Console()
+    if audio:
+        path = write_wav(audio, output_dir / f"{request_id}.wav")
+        seconds = sum(len(c.samples) for c in audio) / audio[0].sample_rate
+        console.print(f"audio: {path} ({seconds:.2f}s at {audio[0].sample_rate} Hz)", markup=False)
+    if images:
+        path = write_png(images[-1], output_dir / f"{request_id}.png")
+        height, width = images[-1].pixels.shape[:2]
+        console.print(f"image: {path} ({width}x{height})", markup=False)

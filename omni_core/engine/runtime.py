@@ -7,7 +7,9 @@ a reference to the engine.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
+import sys
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -108,6 +110,8 @@ class EngineRuntime:
             self._started.set()
             return
         self._started.set()
+        if "torch" in sys.modules or "vllm" in sys.modules:
+            gc.freeze()  # a big, long-lived heap: keep the collector off it (as vLLM's server)
         await self.orchestrator.run()
 
     # --- liveness -------------------------------------------------------------------------------

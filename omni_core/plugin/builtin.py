@@ -17,6 +17,9 @@ OMNI_PLUGIN_API_VERSION = PLUGIN_API_VERSION
 
 @hookimpl
 def omni_register_stage_kinds() -> Iterable[StageKind]:
+    from omni_core.kinds.diffusion import DiffusionArgs, make_diffusion_client
+    from omni_core.kinds.vllm_kind import VllmArgs, make_vllm_client
+    from omni_core.kinds.vocoder import VocoderArgs, make_vocoder_client
     from omni_core.stage.python_kind import PythonStageArgs, make_python_client
 
     return [
@@ -25,7 +28,16 @@ def omni_register_stage_kinds() -> Iterable[StageKind]:
             client_factory=make_python_client,
             config_model=PythonStageArgs,
             description="a user callable (function, or sync/async generator for streaming)",
-        )
+        ),
+        StageKind("vllm", make_vllm_client, VllmArgs, "vLLM v1 engine, one process per replica"),
+        StageKind("vocoder", make_vocoder_client, VocoderArgs, "codec tokens to audio chunks"),
+        StageKind(
+            "diffusion",
+            make_diffusion_client,
+            DiffusionArgs,
+            "denoising loop over a torch model (weighted conditionings)",
+            output_mode="whole",
+        ),
     ]
 
 
@@ -56,4 +68,4 @@ def _packaged(name: str) -> PipelineSpec:
 
 @hookimpl
 def omni_register_pipelines() -> Iterable[PipelineSpec]:
-    return [_packaged("scripted-chain")]
+    return [_packaged(name) for name in ("scripted-chain", "tiny-omni", "tiny-image")]

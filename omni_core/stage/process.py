@@ -10,6 +10,7 @@ config (``"module:function"``, called with the config dict).
 from __future__ import annotations
 
 import asyncio
+import importlib
 import itertools
 import json
 import os
@@ -19,11 +20,13 @@ import socket
 import struct
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 from omni_core.errors import EngineDeadError, StartupError
 from omni_core.outputs import StageOutput
 from omni_core.stage.client import StageRequest
+from omni_core.stage.dataplane import SharedMemoryDataPlane, materialize
 from omni_core.stage.local import LocalStageClient
 
 HEADER = struct.Struct("!I")
@@ -43,16 +46,21 @@ class ProcessStageClient(LocalStageClient):
         config: dict[str, Any],
         env: dict[str, str] | None = None,
         start_timeout_s: float = 600.0,
+        log_path: Path | None = None,
+        preload: tuple[str, ...] = (),
     ) -> None:
         super().__init__(label)
         self._config = config
         self._env = env
         self._start_timeout_s = start_timeout_s
+        self.log_path = log_path
+        self._preload = preload
         self.proc: subprocess.Popen[bytes] | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._reader_task: asyncio.Task[None] | None = None
         self._calls: dict[int, asyncio.Future[Any]] = {}
         self._ids = itertools.count()
+        self._plane = SharedMemoryDataPlane()
 
     @property
     def pid(self) -> int | None:
@@ -62,6 +70,7 @@ class ProcessStageClient(LocalStageClient):
         await super().start()
         parent, child = socket.socketpair()
         env = None if self._env is None else {**os.environ, **self._env}
+        log = open(self.log_path, "ab") if self.log_path is not None else None
         self.proc = subprocess.Popen(
             [
                 sys.executable,
@@ -73,16 +82,30 @@ class ProcessStageClient(LocalStageClient):
             pass_fds=[child.fileno()],
             close_fds=True,
             stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
             env=env,
         )
         child.close()
+        if log is not None:
+            log.close()
         reader, self._writer = await asyncio.open_connection(sock=parent)
         self._reader_task = asyncio.get_running_loop().create_task(self._read(reader))
+        for module in self._preload:  # payload types, imported while the worker starts
+            await asyncio.to_thread(importlib.import_module, module)
         try:
             await asyncio.wait_for(self._call("ping"), self._start_timeout_s)
         except (EngineDeadError, TimeoutError, RuntimeError) as exc:
             self.kill()
-            raise StartupError(f"{self.label}: worker failed to start: {exc}") from exc
+            raise StartupError(
+                f"{self.label}: worker failed to start: {exc}{self._log_tail()}"
+            ) from exc
+
+    def _log_tail(self, lines: int = 5) -> str:
+        if self.log_path is None or not self.log_path.exists():
+            return ""
+        tail = self.log_path.read_text(errors="replace").strip().splitlines()[-lines:]
+        return f" (log {self.log_path}: " + " | ".join(tail) + ")"
 
     async def _read(self, reader: asyncio.StreamReader) -> None:
         try:
@@ -91,6 +114,8 @@ class ProcessStageClient(LocalStageClient):
                 kind, *rest = pickle.loads(await reader.readexactly(size))
                 if kind == "out":
                     for out in rest[0]:
+                        if out.payload is not None:
+                            out.payload = materialize(out.payload, self._plane)
                         self._emit(out)
                 elif kind == "ack":
                     call_id, ok, value = rest

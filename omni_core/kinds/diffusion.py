@@ -1,0 +1,154 @@
+"""The ``diffusion`` stage kind: a denoising loop over a torch model, in its own process.
+
+One engine step advances every running sample by one denoising step, so an abort lands between
+steps (and is a whole-sample retry: no partial image). ``preview_every: k`` streams a preview
+image every k steps. A prompt may carry several weighted conditionings —
+``{"conditionings": [{"tokens": [...], "weight": w}, ...]}`` — whose noise predictions are
+combined as sum(w_i * eps_i): the generic seam guidance plugins fill. A plain token list is one
+conditioning of weight 1 (unguided).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from omni_core.kinds.vllm_kind import stage_log, thread_env
+from omni_core.outputs import StageOutput
+from omni_core.stage.client import StageContext
+from omni_core.stage.process import ProcessStageClient
+
+
+class DiffusionArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = "tiny-denoiser"
+    steps: int = Field(default=20, ge=1)
+    preview_every: int | None = Field(default=None, ge=1)
+    threads: int = Field(default=1, ge=1)
+    seed: int = 0
+    output: str = "whole"
+
+
+def make_diffusion_client(stage: Any, replica: int, context: StageContext) -> ProcessStageClient:
+    from omni_core.models import resolve_model
+
+    args = DiffusionArgs.model_validate(stage.engine_args)
+    config = {
+        "factory": "omni_core.kinds.diffusion:build",
+        "model": resolve_model(args.model, context.settings.cache_dir),
+        "args": args.model_dump(),
+    }
+    return ProcessStageClient(
+        f"stage '{stage.name}' replica {replica}",
+        config,
+        env=thread_env(args.threads),
+        log_path=stage_log(context, stage.name, replica),
+    )
+
+
+class DiffusionEngine:
+    step_delay_s = 0.0
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        import json
+        from pathlib import Path
+
+        import torch
+        from safetensors.torch import load_file
+
+        from omni_core.stage.dataplane import SharedMemoryDataPlane
+
+        self.args = DiffusionArgs.model_validate(config["args"])
+        torch.set_num_threads(self.args.threads)
+        self.torch = torch
+        model = Path(config["model"])
+        self.cfg = json.loads((model / "config.json").read_text())
+        self.w = load_file(str(model / "model.safetensors"))
+        self.plane = SharedMemoryDataPlane()
+        self.samples: dict[str, dict[str, Any]] = {}
+        self.dead = False
+
+    def add(self, request: Any) -> None:
+        torch = self.torch
+        extra = request.params.extra.get("diffusion", {})
+        steps = int(extra.get("steps", self.args.steps))
+        seed = request.params.seed if request.params.seed is not None else self.args.seed
+        gen = torch.Generator().manual_seed(int(seed))
+        conds = [
+            (self.embed(c["tokens"]), float(c["weight"])) for c in _conditionings(request.prompt)
+        ]
+        latent = torch.randn(*self.cfg["latent"], generator=gen)
+        self.samples[request.request_id] = {"x": latent, "k": 0, "steps": steps, "conds": conds}
+
+    def add_input(self, request_id: str, prompt: Any, final: bool) -> None:
+        raise NotImplementedError("a diffusion stage takes its whole input at once")
+
+    def embed(self, tokens: list[int]) -> Any:
+        idx = self.torch.tensor([t % self.cfg["vocab"] for t in tokens] or [0])
+        return self.w["embed"][idx].mean(dim=0)
+
+    def abort(self, request_ids: list[str]) -> None:
+        for rid in request_ids:
+            self.samples.pop(rid, None)
+
+    def rpc(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if method in ("sleep", "wake_up", "pause_scheduler", "resume_scheduler"):
+            return {"ok": True, "method": method}
+        if method == "die":
+            self.dead = True
+            return {"dead": True}
+        raise NotImplementedError(f"diffusion has no RPC '{method}'")
+
+    def has_work(self) -> bool:
+        return bool(self.samples)
+
+    def eps(self, x: Any, cond: Any, t: float) -> Any:
+        torch = self.torch
+        inp = torch.cat([x.flatten(), cond, torch.tensor([t])])
+        hidden = torch.relu(self.w["w1"] @ inp)
+        return torch.tanh(self.w["w2"] @ hidden).reshape(x.shape)
+
+    def step(self) -> list[StageOutput]:
+        from omni_core.media import Image
+
+        outputs = []
+        for rid, s in list(self.samples.items()):
+            t = 1.0 - s["k"] / s["steps"]
+            eps = sum(w * self.eps(s["x"], c, t) for c, w in s["conds"])
+            s["x"] = s["x"] - eps * (2.0 / s["steps"])
+            s["k"] += 1
+            done = s["k"] >= s["steps"]
+            preview = self.args.preview_every and s["k"] % self.args.preview_every == 0
+            if done or preview:
+                image = Image(self.plane.put(self.to_image(s["x"])))
+                outputs.append(
+                    StageOutput(
+                        request_id=rid,
+                        payload=image,
+                        finished=done,
+                        finish_reason="stop" if done else None,
+                    )
+                )
+            if done:
+                del self.samples[rid]
+        return outputs
+
+    def to_image(self, x: Any) -> Any:
+        up = self.cfg["upscale"]
+        pixels = (self.torch.sigmoid(x) * 255).round().to(self.torch.uint8)
+        pixels = pixels.repeat_interleave(up, dim=1).repeat_interleave(up, dim=2)
+        return pixels.permute(1, 2, 0).contiguous().numpy()
+
+
+def _conditionings(prompt: Any) -> list[dict[str, Any]]:
+    if isinstance(prompt, dict) and "conditionings" in prompt:
+        return list(prompt["conditionings"])
+    if isinstance(prompt, list):
+        return [{"tokens": prompt, "weight": 1.0}]
+    return [{"tokens": list(str(prompt).encode()), "weight": 1.0}]
+
+
+def build(config: dict[str, Any]) -> DiffusionEngine:
+    return DiffusionEngine(config)

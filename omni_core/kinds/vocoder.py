@@ -1,0 +1,147 @@
+"""The ``vocoder`` stage kind: codec tokens → audio, chunk by chunk, in its own process.
+
+Each input chunk (a ``stream`` edge delivers them as the talker produces them) becomes one
+:class:`~omni_core.media.AudioChunk` output; the array travels through the shared-memory data
+plane. The request finishes once its input is closed and every chunk is voiced.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from omni_core.kinds.vllm_kind import stage_log, thread_env
+from omni_core.outputs import StageOutput
+from omni_core.stage.client import StageContext
+from omni_core.stage.process import ProcessStageClient
+
+
+class VocoderArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = "tiny-vocoder"
+    threads: int = Field(default=1, ge=1)
+
+
+def make_vocoder_client(stage: Any, replica: int, context: StageContext) -> ProcessStageClient:
+    from omni_core.models import resolve_model
+
+    args = VocoderArgs.model_validate(stage.engine_args)
+    config = {
+        "factory": "omni_core.kinds.vocoder:build",
+        "model": resolve_model(args.model, context.settings.cache_dir),
+        "threads": args.threads,
+    }
+    return ProcessStageClient(
+        f"stage '{stage.name}' replica {replica}",
+        config,
+        env=thread_env(args.threads),
+        log_path=stage_log(context, stage.name, replica),
+    )
+
+
+class VocoderEngine:
+    step_delay_s = 0.0
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        import json
+        from pathlib import Path
+
+        import torch
+        from safetensors.torch import load_file
+
+        from omni_core.stage.dataplane import SharedMemoryDataPlane
+
+        torch.set_num_threads(config["threads"])
+        self.torch = torch
+        model = Path(config["model"])
+        self.cfg = json.loads((model / "config.json").read_text())
+        weights = load_file(str(model / "model.safetensors"))
+        self.freqs, self.amps = weights["freqs"], weights["amps"]
+        self.plane = SharedMemoryDataPlane()
+        self.requests: dict[str, dict[str, Any]] = {}
+        self.dead = False
+
+    def add(self, request: Any) -> None:
+        self.requests[request.request_id] = {
+            "chunks": deque([_codes(request.prompt)]),
+            "closed": not request.streaming_input,
+            "samples": 0,
+        }
+
+    def add_input(self, request_id: str, prompt: Any, final: bool) -> None:
+        state = self.requests.get(request_id)
+        if state is None:
+            return
+        codes = _codes(prompt)
+        if codes:
+            state["chunks"].append(codes)
+        state["closed"] = state["closed"] or final
+
+    def abort(self, request_ids: list[str]) -> None:
+        for rid in request_ids:
+            self.requests.pop(rid, None)
+
+    def rpc(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if method in ("sleep", "wake_up", "pause_scheduler", "resume_scheduler"):
+            return {"ok": True, "method": method}
+        if method == "die":
+            self.dead = True
+            return {"dead": True}
+        raise NotImplementedError(f"vocoder has no RPC '{method}'")
+
+    def has_work(self) -> bool:
+        return any(s["chunks"] or s["closed"] for s in self.requests.values())
+
+    def step(self) -> list[StageOutput]:
+        from omni_core.media import AudioChunk
+
+        outputs = []
+        for rid, state in list(self.requests.items()):
+            if state["chunks"]:
+                codes = state["chunks"].popleft()
+                audio = self.voice(codes, state["samples"])
+                state["samples"] += len(audio)
+                last = state["closed"] and not state["chunks"]
+                outputs.append(
+                    StageOutput(
+                        request_id=rid,
+                        token_ids=codes,
+                        finished=last,
+                        finish_reason="stop" if last else None,
+                        payload=AudioChunk(self.plane.put(audio), self.cfg["sample_rate"]),
+                    )
+                )
+            elif state["closed"]:
+                last = True
+                outputs.append(StageOutput(request_id=rid, finished=True, finish_reason="stop"))
+            else:
+                continue
+            if last:
+                del self.requests[rid]
+        return outputs
+
+    def voice(self, codes: list[int], offset: int) -> Any:
+        torch = self.torch
+        hop, rate = self.cfg["hop"], self.cfg["sample_rate"]
+        idx = torch.tensor([c % self.cfg["codebook"] for c in codes], dtype=torch.long)
+        n = torch.arange(offset, offset + hop * len(codes), dtype=torch.float64) / rate
+        freqs = self.freqs[idx].repeat_interleave(hop, dim=0).double()  # (samples, harmonics)
+        amps = self.amps[idx].repeat_interleave(hop, dim=0).double()
+        wave = (amps * torch.sin(2 * math.pi * freqs * n[:, None])).sum(dim=1)
+        return wave.clamp(-1, 1).to(torch.float32).numpy()
+
+
+def _codes(prompt: Any) -> list[int]:
+    if isinstance(prompt, list):
+        return [int(t) for t in prompt]
+    if isinstance(prompt, str):
+        return list(prompt.encode())
+    return []
+
+
+def build(config: dict[str, Any]) -> VocoderEngine:
+    return VocoderEngine(config)
