@@ -152,12 +152,11 @@ def _write_media(outputs: list[OmniRequestOutput], output_dir: Path) -> None:
         return
     output_dir.mkdir(parents=True, exist_ok=True)
     request_id = outputs[-1].request_id
-    console = Console()
     if audio:
         path = write_wav(audio, output_dir / f"{request_id}.wav")
         seconds = sum(len(c.samples) for c in audio) / audio[0].sample_rate
-        console.print(f"audio: {path} ({seconds:.2f}s at {audio[0].sample_rate} Hz)", markup=False)
+        print(f"audio: {path} ({seconds:.2f}s at {audio[0].sample_rate} Hz)")
     if images:
         path = write_png(images[-1], output_dir / f"{request_id}.png")
         height, width = images[-1].pixels.shape[:2]
-        console.print(f"image: {path} ({width}x{height})", markup=False)
+        print(f"image: {path} ({width}x{height})")

