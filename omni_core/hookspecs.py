@@ -43,7 +43,8 @@ if TYPE_CHECKING:
     )
 
 # --------------------------------------------------------------------------------------------
-# Registration (main process; when a PluginHost is built: engine start, CLI start)
+# Registration (main process; each registry is collected the first time a PluginHost uses it —
+# engine start, CLI start — then cached for that host)
 # --------------------------------------------------------------------------------------------
 
 
@@ -145,9 +146,11 @@ def omni_forward_gate(
 ) -> ForwardGate | None:
     """Decide whether a forward of ``request_id`` to ``stage_id`` may happen now.
 
-    Orchestrator thread, before every forward. All impls are called: any ``defer=True`` defers the
-    forward until ``orchestrator.release_forward(request_id, stage_id)``; the ``extra_sources`` of
-    all results are appended to the bridge's sources.
+    Orchestrator thread, before every ``on_finish`` forward (``stream`` edges are not gated). All
+    impls are called: any ``defer=True`` defers the forward until
+    ``orchestrator.release_forward(request_id, stage_id)`` — called on the orchestrator loop — which
+    asks every gate again; the ``extra_sources`` of all results are appended to the bridge's
+    sources.
     """
 
 
@@ -167,7 +170,8 @@ def omni_background_tasks(
     """Provide coroutine factories run as tasks on the orchestrator loop while it lives.
 
     Called once when the orchestrator starts. Tasks are cancelled at shutdown. A task must wait on
-    events or timers, never poll.
+    events or timers, never poll. An exception escaping a task is fatal to the engine (like a bug
+    in the orchestrator): catch what you can handle.
     """
     return ()
 
@@ -208,4 +212,9 @@ def omni_stage_output(
 def omni_request_terminal(
     request_id: str, finish_reason: str, error: ErrorInfo | None, orchestrator: OrchestratorBase
 ) -> None:
-    """A request (or companion / child) reached its one terminal state; its state is gone."""
+    """A request (or companion / child) reached its one terminal state; its state is gone.
+
+    ``finish_reason`` is ``stop``/``length``/``abort``/``timeout``/``error``, or ``shutdown`` for
+    requests still held when the orchestrator stops. Requests rejected before admission (duplicate
+    id, no live replica, a plugin refusing them) never were admitted and do not fire it.
+    """

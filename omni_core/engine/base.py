@@ -176,6 +176,7 @@ class OmniEngineBase:
     ) -> list[Any]:
         """Call ``method`` on every live replica of the addressed stages; one result each."""
         key = ("collective", uuid.uuid4().hex)
+        timeout = self.settings.rpc_timeout_s if timeout is None else timeout
         msg = CollectiveRpc(
             rpc_key=key,
             method=method,

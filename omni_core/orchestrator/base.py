@@ -82,6 +82,8 @@ class OrchestratorBase(RoutingMixin):
             for task in list(self._tasks) + list(self._readers.values()):
                 task.cancel()
             await asyncio.gather(*self._tasks, *self._readers.values(), return_exceptions=True)
+            for run in list(self.runs.values()):  # callers get EngineDeadError from the engine
+                self._terminate_run(run, "shutdown", None)
             await self._shutdown_extensions()
             self.emitter.flush()
         if self._crash is not None:

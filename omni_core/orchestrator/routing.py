@@ -40,6 +40,7 @@ class RoutingMixin:
         emitter: Emitter
         parents: dict[str, ParentState]
         runs: dict[str, RunState]
+        _stop: asyncio.Event
         loop: asyncio.AbstractEventLoop
 
         def spawn(
@@ -433,7 +434,7 @@ class RoutingMixin:
         ended = [run.run_id]
         for companion in run.companions:
             if not companion.terminal:
-                if any(
+                if not self._stop.is_set() and any(
                     s.submitted and not s.finished and not s.aborted
                     for s in companion.stages.values()
                 ):

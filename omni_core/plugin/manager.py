@@ -100,6 +100,8 @@ def create_plugin_manager(
     """
     settings = settings or OmniSettings()
     pm = OmniPluginManager()
+    # historic: every plugin registered below gets omni_addhooks as it registers
+    pm.hook.omni_addhooks.call_historic(kwargs={"plugin_manager": pm})
     for name in settings.disable_plugins:
         pm.set_blocked(name)
         pm.disabled.append(name)

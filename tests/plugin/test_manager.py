@@ -135,3 +135,25 @@ def test_plugin_types_reject_bad_names():
 
     with pytest.raises(PluginError, match="invalid"):
         StageKind("Bad Name", lambda *a: None, BaseModel)
+
+
+def test_addhooks_lets_a_plugin_add_its_own_hookspecs(fake_entry_points, omni_settings):
+    from omni_core.plugin import hookspec
+
+    specs = types.ModuleType("my_specs")
+
+    @hookspec
+    def omni_example_event(value):
+        """A plugin-defined hook."""
+
+    specs.omni_example_event = omni_example_event
+    module = make_plugin("adder")
+
+    @hookimpl
+    def omni_addhooks(plugin_manager):
+        plugin_manager.add_hookspecs(specs)
+
+    module.omni_addhooks = omni_addhooks
+    fake_entry_points.add("adder", module)
+    host = PluginHost.create(omni_settings)
+    assert host.pm.hook.omni_example_event(value=1) == []
