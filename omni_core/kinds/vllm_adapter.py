@@ -81,3 +81,11 @@ def pause_scheduler(engine: LLMEngine) -> None:
 
 def resume_scheduler(engine: LLMEngine) -> None:
     engine.engine_core.engine_core.resume_scheduler()
+
+
+def build_async_llm(model: str, **engine_args: Any) -> Any:
+    """vLLM's own ``AsyncLLM`` (engine core in a separate process): the benchmark baseline."""
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    return AsyncLLM.from_engine_args(AsyncEngineArgs(model=model, **engine_args))

@@ -1,0 +1,205 @@
+"""``omni bench vllm``: a one-stage omni-core pipeline vs bare vLLM ``AsyncLLM`` on the same
+tiny-model workload (run one after the other in this process), and tiny-omni's time to first
+audio with ``stream`` vs ``on_finish`` edges, with the orchestrator's share of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from omni_core.bench.orchestration import CheckFailed, Row, thread_cpu_s
+from omni_core.config.pipeline import PipelineConfig
+from omni_core.config.settings import OmniSettings
+from omni_core.engine.async_engine import AsyncOmniEngine
+from omni_core.plugin.hooks import PluginHost
+from omni_core.sampling import SamplingParams
+
+ENGINE_ARGS = {
+    "max_model_len": 512,
+    "max_num_seqs": 64,
+    "kv_cache_memory_bytes": 64 << 20,
+    "dtype": "float32",
+    "seed": 0,
+}
+
+
+def _engine(config: PipelineConfig, settings: OmniSettings) -> AsyncOmniEngine:
+    return AsyncOmniEngine(
+        config, settings=settings, plugins=PluginHost.create(settings, load_entry_points=False)
+    )
+
+
+async def _omni_workload(engine: AsyncOmniEngine, n: int, tokens: int) -> float:
+    params = SamplingParams(
+        max_tokens=tokens, temperature=0.8, seed=1, extra={"vllm": {"ignore_eos": True}}
+    )
+
+    async def one(i: int) -> int:
+        return sum(
+            [
+                len(o.token_ids)
+                async for o in engine.generate(f"request {i}", sampling_params=params)
+            ]
+        )
+
+    start = time.perf_counter()
+    counts = await asyncio.gather(*(one(i) for i in range(n)))
+    wall = time.perf_counter() - start
+    if set(counts) != {tokens}:
+        raise CheckFailed(f"omni-core requests produced {sorted(set(counts))} tokens")
+    return n * tokens / wall
+
+
+async def _bare_workload(model: str, n: int, tokens: int) -> float:
+    from omni_core.kinds import vllm_adapter as va
+
+    llm = va.build_async_llm(model, enforce_eager=True, disable_log_stats=True, **ENGINE_ARGS)
+    try:
+        params = va.VllmSamplingParams(
+            max_tokens=tokens,
+            temperature=0.8,
+            seed=1,
+            ignore_eos=True,
+            output_kind=va.RequestOutputKind.DELTA,
+        )
+        warm = va.VllmSamplingParams(max_tokens=2, output_kind=va.RequestOutputKind.DELTA)
+        async for _ in llm.generate("warm up", warm, request_id="warm"):
+            pass
+
+        async def one(i: int) -> int:
+            got = 0
+            async for out in llm.generate(f"request {i}", params, request_id=f"b{i}"):
+                got += len(out.outputs[0].token_ids)
+            return got
+
+        start = time.perf_counter()
+        counts = await asyncio.gather(*(one(i) for i in range(n)))
+        wall = time.perf_counter() - start
+    finally:
+        llm.shutdown()
+    if set(counts) != {tokens}:
+        raise CheckFailed(f"AsyncLLM requests produced {sorted(set(counts))} tokens")
+    return n * tokens / wall
+
+
+def _tiny_omni(mode: str) -> PipelineConfig:
+    from importlib import resources
+
+    text = resources.files("omni_core.pipelines").joinpath("tiny-omni.yaml").read_text()
+    if mode == "on_finish":
+        text = text.replace("mode: stream, chunk: 8", "mode: on_finish").replace(
+            "mode: stream, chunk: 6", "mode: on_finish"
+        )
+    return PipelineConfig.from_yaml_text(text, source=f"<tiny-omni {mode}>")
+
+
+def _time_to_first_audio(engine: AsyncOmniEngine, runs: int) -> tuple[float, float]:
+    """(median time to first audio, orchestrator CPU share of the request's wall time)."""
+    tid = engine._runtime.thread.native_id  # type: ignore[union-attr]
+    ttfas, shares = [], []
+
+    async def once(i: int) -> None:
+        start = time.perf_counter()
+        cpu0 = thread_cpu_s(tid)
+        first = None
+        async for out in engine.generate(f"first audio {i}"):
+            if first is None and out.output_type == "audio" and out.payload is not None:
+                first = time.perf_counter() - start
+        wall = time.perf_counter() - start
+        if first is None:
+            raise CheckFailed("tiny-omni produced no audio")
+        ttfas.append(first)
+        shares.append((thread_cpu_s(tid) - cpu0) / wall)
+
+    for i in range(runs):
+        asyncio.run(once(i))
+    ttfas.sort()
+    shares.sort()
+    return ttfas[len(ttfas) // 2], shares[len(shares) // 2]
+
+
+def bench_vllm(quick: bool) -> list[Row]:
+    from omni_core.models import ensure_model
+
+    settings = OmniSettings()
+    model = str(ensure_model("tiny-thinker", settings.cache_dir))
+    n, tokens = (16, 16) if quick else (64, 32)
+    one_stage = PipelineConfig.from_dict(
+        {
+            "name": "bench-vllm",
+            "stages": [
+                {
+                    "id": 0,
+                    "name": "llm",
+                    "kind": "vllm",
+                    "final_output": True,
+                    "engine_args": {"model": model, **ENGINE_ARGS, "request_output_payload": False},
+                }
+            ],
+        },
+        source="<bench vllm>",
+    )
+    engine = _engine(one_stage, settings)
+    try:
+        asyncio.run(_omni_workload(engine, 4, 4))  # warm-up
+        omni_rate = asyncio.run(_omni_workload(engine, n, tokens))
+    finally:
+        engine.shutdown()
+    bare_rate = asyncio.run(_bare_workload(model, n, tokens))
+    rows = [
+        Row("vllm", f"{n}x{tokens} tokens", "bare AsyncLLM", bare_rate, "tok/s"),
+        Row(
+            "vllm",
+            f"{n}x{tokens} tokens",
+            "one-stage omni-core",
+            omni_rate,
+            "tok/s",
+            bare_rate,
+            "bare AsyncLLM",
+        ),
+    ]
+    results: dict[str, Any] = {}
+    for mode in ("stream", "on_finish"):
+        engine = _engine(_tiny_omni(mode), settings)
+        try:
+            asyncio.run(_omni_workload_warm(engine))
+            results[mode] = _time_to_first_audio(engine, 2 if quick else 5)
+        finally:
+            engine.shutdown()
+    rows.append(
+        Row(
+            "vllm",
+            "tiny-omni on_finish edges",
+            "time to first audio",
+            results["on_finish"][0] * 1e3,
+            "ms",
+        )
+    )
+    rows.append(
+        Row(
+            "vllm",
+            "tiny-omni stream edges",
+            "time to first audio",
+            results["stream"][0] * 1e3,
+            "ms",
+            results["on_finish"][0] * 1e3,
+            "on_finish edges",
+        )
+    )
+    rows.append(
+        Row(
+            "vllm",
+            "tiny-omni stream edges",
+            "orchestrator CPU share",
+            results["stream"][1] * 100,
+            "% of wall",
+        )
+    )
+    return rows
+
+
+async def _omni_workload_warm(engine: AsyncOmniEngine) -> None:
+    async for _ in engine.generate("warm up"):
+        pass
