@@ -79,6 +79,10 @@ async def _bare_workload(model: str, n: int, tokens: int) -> float:
         wall = time.perf_counter() - start
     finally:
         llm.shutdown()
+        del llm  # collected now, while the loop lives (its __del__ fails at interpreter exit)
+        import gc
+
+        gc.collect()
     if set(counts) != {tokens}:
         raise CheckFailed(f"AsyncLLM requests produced {sorted(set(counts))} tokens")
     return n * tokens / wall
