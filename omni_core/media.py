@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import struct
 import wave
 import zlib
@@ -25,26 +26,42 @@ class Image:
     pixels: Any
 
 
-def write_wav(chunks: list[AudioChunk], path: str | Path) -> Path:
-    """Concatenate audio chunks into a 16-bit PCM mono WAV file."""
+def pcm16(samples: Any) -> bytes:
+    """Float samples in [-1, 1] as little-endian 16-bit PCM."""
     import numpy as np
 
+    return (
+        (np.clip(np.asarray(samples, dtype=np.float32), -1.0, 1.0) * 32767).astype("<i2").tobytes()
+    )
+
+
+def wav_bytes(chunks: list[AudioChunk]) -> bytes:
+    """Audio chunks as one 16-bit PCM mono WAV file."""
     if not chunks:
         raise ValueError("no audio to write")
-    rate = chunks[0].sample_rate
-    samples = np.concatenate([np.asarray(c.samples, dtype=np.float32) for c in chunks])
-    pcm = (np.clip(samples, -1.0, 1.0) * 32767).astype("<i2")
-    path = Path(path)
-    with wave.open(str(path), "wb") as out:
+    buffer = io.BytesIO()
+    with wave.open(buffer, "wb") as out:
         out.setnchannels(1)
         out.setsampwidth(2)
-        out.setframerate(rate)
-        out.writeframes(pcm.tobytes())
+        out.setframerate(chunks[0].sample_rate)
+        out.writeframes(b"".join(pcm16(c.samples) for c in chunks))
+    return buffer.getvalue()
+
+
+def write_wav(chunks: list[AudioChunk], path: str | Path) -> Path:
+    path = Path(path)
+    path.write_bytes(wav_bytes(chunks))
     return path
 
 
 def write_png(image: Image, path: str | Path) -> Path:
-    """Write an RGB image as a PNG (zlib + the PNG chunk format; no imaging library)."""
+    path = Path(path)
+    path.write_bytes(png_bytes(image))
+    return path
+
+
+def png_bytes(image: Image) -> bytes:
+    """An RGB image as a PNG file (zlib + the PNG chunk format; no imaging library)."""
     import numpy as np
 
     pixels = np.asarray(image.pixels, dtype=np.uint8)
@@ -57,7 +74,4 @@ def write_png(image: Image, path: str | Path) -> Path:
 
     header = struct.pack("!IIBBBBB", width, height, 8, 2, 0, 0, 0)
     png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header)
-    png += chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b"")
-    path = Path(path)
-    path.write_bytes(png)
-    return path
+    return png + chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b"")

@@ -79,7 +79,7 @@ async def _bare_workload(model: str, n: int, tokens: int) -> float:
         wall = time.perf_counter() - start
     finally:
         llm.shutdown()
-        del llm  # collected now, while the loop lives (its __del__ fails at interpreter exit)
+        llm = None  # collected now, while the loop lives (its __del__ fails at interpreter exit)
         import gc
 
         gc.collect()

@@ -78,12 +78,13 @@ def build_app(debug: bool = False) -> typer.Typer:
             level=level.upper(), stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s"
         )
 
-    from omni_core.cli import bench, info, models, run
+    from omni_core.cli import bench, info, models, run, serve
 
     run.register(app, state)
     info.register(app, state)
     bench.register(app, state)
     models.register(app, state)
+    serve.register(app, state)
     for _plugin, group in state.host.cli_groups():
         app.add_typer(group.app, name=group.name, help=group.help)
     return app

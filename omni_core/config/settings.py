@@ -20,6 +20,12 @@ class OmniSettings(BaseSettings):
     shutdown_timeout_s: float = 10.0
     request_queue_size: int = Field(default=1024, ge=1)
     rpc_timeout_s: float = 60.0
+    host: str = "127.0.0.1"
+    port: int = 8000
+    api_key: str | None = None
+    max_inflight: int = Field(default=64, ge=1, description="server admission bound")
+    grace_s: float = Field(default=10.0, ge=0, description="SIGTERM drain time for in-flight")
+    metrics_port: int | None = None
     cache_dir: Path = Field(default_factory=lambda: Path.home() / ".cache" / "omni-core")
 
     @field_validator("disable_plugins", mode="before")

@@ -52,9 +52,22 @@ class OmniEngineBase:
         self._ids = itertools.count()
         self.default_params = self._default_params()
         self._validate_deployment()
+        self.metrics_server: Any = None
+        metrics = None
+        if self.settings.metrics_port is not None:  # embedded engines expose /metrics too
+            from omni_core.serve.metrics import OmniMetrics
+
+            metrics = OmniMetrics()
+            self.plugins.register(metrics, "omni-metrics")
         self._runtime = EngineRuntime(self.pipeline, self.settings, self.plugins)
         self._finalizer = weakref.finalize(self, self._runtime.shutdown, 1.0)
         self._runtime.start(self._create_orchestrator, self.settings.startup_timeout_s)
+        if metrics is not None and self.settings.metrics_port is not None:
+            from omni_core.serve.metrics import serve_metrics
+
+            self.metrics_server = serve_metrics(
+                metrics, self, self.settings.metrics_port, self.settings.host
+            )
 
     # --- seams ----------------------------------------------------------------------------------
     def _validate_deployment(self) -> None:
@@ -218,6 +231,9 @@ class OmniEngineBase:
     def shutdown(self, timeout: float | None = None) -> None:
         """Stop the engine (idempotent, bounded); pending ``generate()`` calls raise."""
         self._finalizer.detach()
+        if self.metrics_server is not None:
+            self.metrics_server.shutdown()
+            self.metrics_server = None
         self._runtime.shutdown(self.settings.shutdown_timeout_s if timeout is None else timeout)
 
     def __enter__(self) -> Self:

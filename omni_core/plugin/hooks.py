@@ -37,6 +37,19 @@ class PluginHost:
         self.pm = pm
         self.settings = settings or OmniSettings()
         self._registry: dict[str, dict[str, tuple[str, Any]]] = {}
+        self._refresh()
+
+    def register(self, plugin: Any, name: str) -> None:
+        """Register a plugin object after start-up (e.g. the server's metrics); before an engine
+        is built with this host."""
+        from omni_core.plugin.manager import _register
+
+        _register(self.pm, plugin, name, f"plugin '{name}'")
+        self._registry.clear()
+        self._refresh()
+
+    def _refresh(self) -> None:
+        pm = self.pm
         # Hot-path hooks: checked once whether anyone implements them.
         self.has_output_observers = bool(pm.hook.omni_stage_output.get_hookimpls())
         self.has_output_interceptors = bool(pm.hook.omni_intercept_stage_output.get_hookimpls())

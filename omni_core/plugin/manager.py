@@ -76,6 +76,8 @@ def _check_api_version(module: Any, where: str) -> None:
 
 def _register(pm: OmniPluginManager, plugin: Any, name: str, where: str) -> None:
     _check_api_version(plugin, where)
+    if pm.get_plugin(name) is not None:
+        raise PluginLoadError(f"{where}: the name '{name}' is already registered")
     try:
         pm.register(plugin, name=name)
         pm.check_pending()

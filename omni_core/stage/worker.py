@@ -105,7 +105,12 @@ def main(argv: list[str]) -> int:
             f"stage worker failed to build its engine: {type(exc).__name__}: {exc}", file=sys.stderr
         )
         return 3
-    return serve(sock, engine)
+    code = serve(sock, engine)
+    # The engine process is gone or done with us: skip interpreter teardown (engine libraries'
+    # exit handlers take seconds and hold nothing that needs releasing).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":

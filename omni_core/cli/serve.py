@@ -1,0 +1,50 @@
+"""``omni serve [PIPELINE]``: the OpenAI-compatible server (needs the ``serve`` extra)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+if TYPE_CHECKING:
+    from omni_core.cli.app import CliState
+
+
+def register(app: typer.Typer, state: CliState) -> None:
+    @app.command("serve")
+    def serve(
+        pipeline: Annotated[str, typer.Argument(help="Pipeline file or name.")] = "tiny-omni",
+        host: Annotated[str | None, typer.Option(help="Bind address (OMNI_HOST).")] = None,
+        port: Annotated[int | None, typer.Option(help="Port (OMNI_PORT).")] = None,
+        api_key: Annotated[
+            str | None, typer.Option(help="Require 'Authorization: Bearer KEY' (OMNI_API_KEY).")
+        ] = None,
+        max_inflight: Annotated[
+            int | None, typer.Option(help="In-flight bound; past it: 429 (OMNI_MAX_INFLIGHT).")
+        ] = None,
+        grace_s: Annotated[
+            float | None, typer.Option(help="On SIGTERM, time to finish in-flight (OMNI_GRACE_S).")
+        ] = None,
+    ) -> None:
+        """Serve one pipeline: /v1/chat/completions, /v1/images/generations, /v1/models,
+        /health, /metrics."""
+        from omni_core.cli.app import fail
+
+        settings = state.settings
+        try:
+            from omni_core.serve.server import run_server
+
+            target: Any = Path(pipeline) if Path(pipeline).exists() else pipeline
+            run_server(
+                target,
+                settings=settings,
+                plugins=state.host,
+                host=host or settings.host,
+                port=port if port is not None else settings.port,
+                api_key=api_key or settings.api_key,
+                max_inflight=max_inflight or settings.max_inflight,
+                grace_s=grace_s if grace_s is not None else settings.grace_s,
+            )
+        except Exception as exc:
+            raise fail(state, exc) from None

@@ -1,0 +1,50 @@
+"""OpenAI-style error bodies: ``{"error": {"message", "type", "param", "code"}}``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi.responses import JSONResponse
+
+from omni_core.outputs import ErrorInfo
+
+
+class ApiError(Exception):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        type_: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status, self.message, self.type, self.param, self.code = (
+            status,
+            message,
+            type_,
+            param,
+            code,
+        )
+        self.headers = headers
+
+    def response(self) -> JSONResponse:
+        body: dict[str, Any] = {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+        return JSONResponse(body, status_code=self.status, headers=self.headers)
+
+
+def from_error_info(error: ErrorInfo) -> ApiError:
+    """A request-scoped engine failure as an HTTP error (503 for unavailable stages)."""
+    if error.type in ("StageUnavailableError", "ReplicaDeadError"):
+        return ApiError(503, error.message, "service_unavailable", code=error.type)
+    if 400 <= error.status_code < 500:
+        return ApiError(error.status_code, error.message, "invalid_request_error", code=error.type)
+    return ApiError(error.status_code, error.message, "server_error", code=error.type)

@@ -1,0 +1,157 @@
+"""Prometheus metrics, collected by a plugin observing the orchestrator's hooks.
+
+Also usable without the server: ``OMNI_METRICS_PORT`` makes an engine serve ``/metrics`` itself.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from omni_core.plugin import PLUGIN_API_VERSION, hookimpl
+
+LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+OUTCOMES = {"stop": "finished", "length": "finished", "abort": "aborted", "timeout": "aborted"}
+
+
+class OmniMetrics:
+    """A plugin object (register it with ``PluginHost.register``) holding its own registry."""
+
+    OMNI_PLUGIN_API_VERSION = PLUGIN_API_VERSION
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("omni_requests", "Requests by outcome", ["outcome"], registry=r)
+        self.aborts = Counter("omni_aborts", "Aborted requests by reason", ["reason"], registry=r)
+        self.e2e = Histogram(
+            "omni_request_latency_seconds",
+            "End-to-end request latency",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.stage_latency = Histogram(
+            "omni_stage_latency_seconds",
+            "Time in a stage, submit to finish",
+            ["stage"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.first_output = Histogram(
+            "omni_stage_first_output_seconds",
+            "Time to first output per stage",
+            ["stage"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.edge = Histogram(
+            "omni_edge_transfer_seconds",
+            "Upstream finish to downstream submit, per edge",
+            ["edge"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.edge_tokens = Counter(
+            "omni_edge_transfer_tokens", "Tokens forwarded along each edge", ["edge"], registry=r
+        )
+        self.inflight = Gauge(
+            "omni_requests_in_flight", "Requests the orchestrator holds", registry=r
+        )
+        self.queued = Gauge(
+            "omni_requests_queued", "Messages waiting for the orchestrator", registry=r
+        )
+        self.replica_up = Gauge(
+            "omni_replica_healthy",
+            "1 if a stage replica is healthy",
+            ["stage", "replica"],
+            registry=r,
+        )
+        self._lock = threading.Lock()
+        self._admitted: dict[str, float] = {}
+        self._stages: dict[tuple[str, int], list[float]] = {}  # submit, first, finish
+        self._names: dict[int, str] = {}
+        self._finished_at: dict[tuple[str, int], tuple[float, int]] = {}
+
+    # --- hooks (orchestrator thread) ----------------------------------------------------------
+    @hookimpl
+    def omni_request_admitted(self, request_id: str, orchestrator: Any) -> None:
+        if not self._names:
+            self._names = {sid: s.name for sid, s in orchestrator.pipeline.stages.items()}
+        self._admitted[request_id] = time.monotonic()
+        self.inflight.inc()
+
+    @hookimpl
+    def omni_stage_submitted(self, request_id: str, stage_id: int, orchestrator: Any) -> None:
+        now = time.monotonic()
+        self._stages[(request_id, stage_id)] = [now, 0.0, 0.0]
+        for edge in orchestrator.inputs.get(stage_id, ()):
+            done = self._finished_at.get((request_id, edge.stage))
+            if done is not None:
+                label = f"{self._names.get(edge.stage)}->{self._names.get(stage_id)}"
+                self.edge.labels(label).observe(now - done[0])
+                self.edge_tokens.labels(label).inc(done[1])
+
+    @hookimpl
+    def omni_stage_output(self, request_id: str, stage_id: int, output: Any) -> None:
+        times = self._stages.get((request_id, stage_id))
+        if times is None:
+            return
+        now = time.monotonic()
+        name = self._names.get(stage_id, str(stage_id))
+        if not times[1]:
+            times[1] = now
+            self.first_output.labels(name).observe(now - times[0])
+        if output.finished:
+            self.stage_latency.labels(name).observe(now - times[0])
+            done = self._finished_at.get((request_id, stage_id), (now, 0))
+            self._finished_at[(request_id, stage_id)] = (now, done[1] + len(output.token_ids))
+        elif output.token_ids:
+            done = self._finished_at.get((request_id, stage_id), (0.0, 0))
+            self._finished_at[(request_id, stage_id)] = (done[0], done[1] + len(output.token_ids))
+
+    @hookimpl
+    def omni_request_terminal(self, request_id: str, finish_reason: str) -> None:
+        start = self._admitted.pop(request_id, None)
+        if start is None:
+            return
+        self.inflight.dec()
+        outcome = OUTCOMES.get(finish_reason, "failed")
+        self.requests.labels(outcome).inc()
+        if outcome == "aborted":
+            self.aborts.labels(finish_reason).inc()
+        self.e2e.observe(time.monotonic() - start)
+        for key in [k for k in self._stages if k[0] == request_id]:
+            del self._stages[key]
+        for key in [k for k in self._finished_at if k[0] == request_id]:
+            del self._finished_at[key]
+
+    # --- scrape ------------------------------------------------------------------------------
+    def render(self, engine: Any) -> bytes:
+        self.queued.set(len(engine._runtime.inbox))
+        for name, stage in engine.health()["stages"].items():
+            for i, ok in enumerate(stage["replicas"]):
+                self.replica_up.labels(name, str(i)).set(1 if ok else 0)
+        return generate_latest(self.registry)
+
+
+def serve_metrics(metrics: OmniMetrics, engine: Any, port: int, host: str = "127.0.0.1") -> Any:
+    """Expose ``/metrics`` of an embedded engine on its own port (no FastAPI needed)."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = metrics.render(engine)
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer((host, port), Handler)
+    threading.Thread(target=server.serve_forever, name="omni-metrics", daemon=True).start()
+    return server

@@ -1,0 +1,62 @@
+"""Builds the engine and runs uvicorn; SIGTERM drains in-flight requests, then aborts the rest."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from omni_core.config.settings import OmniSettings
+from omni_core.engine.base import OmniEngineBase
+from omni_core.engine.factory import create_engine
+from omni_core.plugin.hooks import PluginHost
+from omni_core.serve.metrics import OmniMetrics
+
+logger = logging.getLogger(__name__)
+
+
+def build(
+    pipeline: Any, settings: OmniSettings, plugins: PluginHost, tracer_provider: Any = None
+) -> tuple[OmniEngineBase, OmniMetrics]:
+    """An engine with the metrics plugin (and tracing when requested) registered."""
+    from omni_core.serve import tracing
+
+    metrics = OmniMetrics()
+    plugins.register(metrics, "omni-metrics")
+    if tracer_provider is None and tracing.tracing_requested():
+        tracer_provider = tracing.default_provider()
+    if tracer_provider is not None:
+        plugins.register(tracing.OmniTracing(tracer_provider), "omni-tracing")
+    engine = create_engine(pipeline, settings=settings, plugins=plugins)
+    return engine, metrics
+
+
+def run_server(
+    pipeline: Any,
+    *,
+    settings: OmniSettings,
+    plugins: PluginHost,
+    host: str,
+    port: int,
+    api_key: str | None,
+    max_inflight: int,
+    grace_s: float,
+) -> None:
+    import uvicorn
+
+    from omni_core.serve.app import create_app
+
+    engine, metrics = build(pipeline, settings, plugins)
+    try:
+        app = create_app(engine, metrics, api_key=api_key, max_inflight=max_inflight)
+        config = uvicorn.Config(
+            app,
+            host=host,
+            port=port,
+            log_level="warning",
+            timeout_graceful_shutdown=max(0, round(grace_s)),
+        )
+        server = uvicorn.Server(config)
+        logger.warning("serving %s on http://%s:%d", engine.pipeline.config.name, host, port)
+        server.run()  # SIGTERM: stop accepting, drain in-flight up to grace_s
+    finally:
+        engine.shutdown()  # whatever is still running gets aborted

@@ -1,0 +1,91 @@
+"""OpenTelemetry: a root span per request, a child span per stage visit.
+
+Off by default and free when off (no plugin is registered). On when ``OTEL_TRACES_EXPORTER`` is
+set to something other than ``none`` (the SDK then reads the standard ``OTEL_*`` variables), or
+when a tracer provider is given explicitly (tests use an in-memory exporter).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from omni_core.plugin import PLUGIN_API_VERSION, hookimpl
+
+
+def tracing_requested() -> bool:
+    return os.environ.get("OTEL_TRACES_EXPORTER", "none").lower() not in ("", "none")
+
+
+def default_provider() -> Any:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    provider = TracerProvider()
+    exporter_name = os.environ.get("OTEL_TRACES_EXPORTER", "otlp").split(",")[0].strip()
+    if exporter_name == "console":
+        from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
+        exporter: Any = ConsoleSpanExporter()
+    else:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        exporter = OTLPSpanExporter()
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    return provider
+
+
+class OmniTracing:
+    """A plugin object: spans follow the orchestrator's request lifecycle hooks."""
+
+    OMNI_PLUGIN_API_VERSION = PLUGIN_API_VERSION
+
+    def __init__(self, provider: Any) -> None:
+        from opentelemetry import trace
+
+        self._trace = trace
+        self.tracer = provider.get_tracer("omni_core")
+        self._roots: dict[str, Any] = {}
+        self._stages: dict[tuple[str, int], Any] = {}
+
+    @hookimpl
+    def omni_request_admitted(self, request_id: str, orchestrator: Any) -> None:
+        span = self.tracer.start_span(
+            "omni.request",
+            attributes={
+                "omni.request_id": request_id,
+                "omni.pipeline": orchestrator.pipeline.config.name,
+            },
+        )
+        self._roots[request_id] = span
+
+    @hookimpl
+    def omni_stage_submitted(
+        self, request_id: str, stage_id: int, replica: int, orchestrator: Any
+    ) -> None:
+        root = self._roots.get(request_id)
+        if root is None:
+            return
+        context = self._trace.set_span_in_context(root)
+        name = orchestrator.pipeline.stages[stage_id].name
+        self._stages[(request_id, stage_id)] = self.tracer.start_span(
+            f"omni.stage.{name}",
+            context=context,
+            attributes={"omni.stage_id": stage_id, "omni.replica": replica},
+        )
+
+    @hookimpl
+    def omni_stage_output(self, request_id: str, stage_id: int, output: Any) -> None:
+        if output.finished:
+            span = self._stages.pop((request_id, stage_id), None)
+            if span is not None:
+                span.end()
+
+    @hookimpl
+    def omni_request_terminal(self, request_id: str, finish_reason: str) -> None:
+        for key in [k for k in self._stages if k[0] == request_id]:
+            self._stages.pop(key).end()
+        root = self._roots.pop(request_id, None)
+        if root is not None:
+            root.set_attribute("omni.finish_reason", finish_reason)
+            root.end()
