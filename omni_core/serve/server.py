@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import signal
+from collections.abc import Iterator
 from typing import Any
+
+import uvicorn
 
 from omni_core.config.settings import OmniSettings
 from omni_core.engine.base import OmniEngineBase
@@ -30,6 +35,15 @@ def build(
     return engine, metrics
 
 
+class _Server(uvicorn.Server):
+    """uvicorn's server without its signal capture (which re-raises SIGTERM after draining and
+    would skip the engine's orderly shutdown)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
 def run_server(
     pipeline: Any,
     *,
@@ -41,8 +55,6 @@ def run_server(
     max_inflight: int,
     grace_s: float,
 ) -> None:
-    import uvicorn
-
     from omni_core.serve.app import create_app
 
     engine, metrics = build(pipeline, settings, plugins)
@@ -55,8 +67,10 @@ def run_server(
             log_level="warning",
             timeout_graceful_shutdown=max(0, round(grace_s)),
         )
-        server = uvicorn.Server(config)
+        server = _Server(config)
+        for sig in (signal.SIGTERM, signal.SIGINT):  # stop accepting, drain up to grace_s
+            signal.signal(sig, lambda *_: setattr(server, "should_exit", True))
         logger.warning("serving %s on http://%s:%d", engine.pipeline.config.name, host, port)
-        server.run()  # SIGTERM: stop accepting, drain in-flight up to grace_s
+        server.run()
     finally:
         engine.shutdown()  # whatever is still running gets aborted

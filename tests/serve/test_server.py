@@ -209,3 +209,61 @@ def test_embedded_engine_exposes_metrics_on_its_own_port(make_engine, omni_setti
     engine.shutdown()
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=1)
+
+
+def test_sigterm_drains_in_flight_requests(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import threading
+
+    from tests.serve.conftest import free_port
+
+    (tmp_path / "p.yaml").write_text(SLOW)
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OMNI_")}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "omni_core.cli",
+            "serve",
+            str(tmp_path / "p.yaml"),
+            "--port",
+            str(port),
+            "--grace-s",
+            "10",
+        ],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        result = {}
+
+        def slow_request():
+            result["r"] = httpx.post(
+                f"http://127.0.0.1:{port}/v1/chat/completions",
+                timeout=30,
+                json={"model": "chat-test", "messages": [{"role": "user", "content": "x"}]},
+            )
+
+        worker = threading.Thread(target=slow_request)
+        worker.start()
+        time.sleep(0.1)  # the request is in flight (5 tokens x 50 ms)
+        proc.send_signal(signal.SIGTERM)
+        worker.join(30)
+        assert result["r"].status_code == 200  # finished within the grace period
+        assert result["r"].json()["choices"][0]["message"]["content"].count("thinker:") == 5
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
