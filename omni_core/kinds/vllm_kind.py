@@ -32,8 +32,9 @@ class VllmArgs(BaseModel):
     engine: dict[str, Any] = Field(default_factory=dict)
     request_output_payload: bool = Field(
         default=True,
-        description="attach vLLM's RequestOutput as each output's payload (imports vLLM's "
-        "output types in the engine process, at start-up)",
+        description="on a final-output stage, attach vLLM's RequestOutput as each output's "
+        "payload (imports vLLM's output types in the engine process, at start-up); non-final "
+        "stages never ship it: nobody would see it",
     )
     start_timeout_s: float = 600.0
 
@@ -62,6 +63,8 @@ def make_vllm_client(stage: Any, replica: int, context: StageContext) -> Process
     from omni_core.models import resolve_model
 
     args = VllmArgs.model_validate(stage.engine_args)
+    if not stage.final_output:
+        args = args.model_copy(update={"request_output_payload": False})
     model = resolve_model(args.model, context.settings.cache_dir)
     config = {
         "factory": "omni_core.kinds.vllm_worker:build",
