@@ -26,6 +26,7 @@ class OmniSettings(BaseSettings):
     max_inflight: int = Field(default=64, ge=1, description="server admission bound")
     grace_s: float = Field(default=10.0, ge=0, description="SIGTERM drain time for in-flight")
     metrics_port: int | None = None
+    uvloop: bool = Field(default=False, description="run the orchestrator loop on uvloop")
     cache_dir: Path = Field(default_factory=lambda: Path.home() / ".cache" / "omni-core")
 
     @field_validator("disable_plugins", mode="before")

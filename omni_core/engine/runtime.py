@@ -67,8 +67,18 @@ class EngineRuntime:
                 raise StartupError(str(err)) from err.__cause__
             raise StartupError(f"engine start-up failed: {type(err).__name__}: {err}") from err
 
+    def _new_loop(self) -> asyncio.AbstractEventLoop:
+        if self.settings.uvloop:
+            try:
+                import uvloop
+            except ImportError:
+                logger.warning("OMNI_UVLOOP is set but uvloop is not installed; using asyncio")
+            else:
+                return uvloop.new_event_loop()  # type: ignore[no-any-return,unused-ignore]
+        return asyncio.new_event_loop()
+
     def _bootstrap(self, holder: list[OrchestratorFactory]) -> None:
-        loop = asyncio.new_event_loop()
+        loop = self._new_loop()
         asyncio.set_event_loop(loop)
         reason = "the engine is shut down"
         try:
