@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-HEAVY = ("vllm", "torch", "transformers", "numpy")
+HEAVY = ("vllm", "torch", "transformers", "numpy", "ray")
 
 
 @pytest.mark.parametrize(

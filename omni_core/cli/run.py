@@ -39,6 +39,10 @@ def register(app: typer.Typer, state: CliState) -> None:
         modality: Annotated[
             list[str] | None, typer.Option("--modality", help="Final outputs wanted (repeat).")
         ] = None,
+        runtime: Annotated[
+            str | None,
+            typer.Option(help="Stage runtime: 'local' or 'ray' (default: the pipeline's)."),
+        ] = None,
     ) -> None:
         """Run one prompt through a pipeline, streaming its outputs."""
         from omni_core.engine.factory import create_engine
@@ -52,6 +56,8 @@ def register(app: typer.Typer, state: CliState) -> None:
             overrides["temperature"] = temperature
         try:
             target: Any = Path(pipeline) if Path(pipeline).exists() else pipeline
+            if runtime is not None:
+                target = with_runtime(target, runtime, state.host)
             engine = create_engine(target, settings=state.settings, plugins=state.host)
         except Exception as exc:
             raise fail(state, exc) from None
@@ -75,6 +81,16 @@ def register(app: typer.Typer, state: CliState) -> None:
         _write_media(outputs, output_dir)
         if outputs and outputs[-1].finish_reason in ("error", "abort", "timeout"):
             raise typer.Exit(1)
+
+
+def with_runtime(target: Any, runtime: str, host: Any) -> Any:
+    """The pipeline with its ``runtime`` overridden (validated like the field)."""
+    from omni_core.config.pipeline import PipelineConfig
+    from omni_core.config.resolve import load_pipeline
+
+    config = load_pipeline(target, host)
+    data = config.model_dump(exclude_unset=True)
+    return PipelineConfig.from_dict({**data, "runtime": runtime}, source=config.source)
 
 
 async def _stream(

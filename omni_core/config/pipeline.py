@@ -38,6 +38,24 @@ class RestartPolicy(BaseModel):
     backoff_s: float = Field(default=0.5, ge=0)
 
 
+class StageResources(BaseModel):
+    """Where a replica may run under ``runtime: ray`` (ignored by the ``local`` runtime).
+
+    ``num_cpus``/``num_gpus``: Ray resources each replica reserves (unset: Ray's actor default,
+    which reserves no CPU once placed). ``node_ip`` pins replicas to one node (a placement hint);
+    ``custom`` asks for custom resources declared with ``ray start --resources``; ``strategy``
+    ``SPREAD`` spreads a stage's replicas over nodes.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    num_cpus: float | None = Field(default=None, ge=0)
+    num_gpus: float | None = Field(default=None, ge=0)
+    node_ip: str | None = None
+    custom: dict[str, float] = Field(default_factory=dict)
+    strategy: Literal["DEFAULT", "SPREAD"] = "DEFAULT"
+
+
 class StageConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -52,6 +70,7 @@ class StageConfig(BaseModel):
     replicas: int = Field(default=1, ge=1)
     sampling_params: dict[str, Any] = Field(default_factory=dict)
     restart: RestartPolicy = Field(default_factory=RestartPolicy)
+    resources: StageResources = Field(default_factory=StageResources)
 
     @field_validator("inputs", mode="before")
     @classmethod
@@ -65,12 +84,19 @@ class StageConfig(BaseModel):
 
 class PipelineConfig(BaseModel):
     """A pipeline: ``name``, ``stages`` and optional ``engine`` (engine kind, default ``turn``),
-    ``requires_plugins``, and plugin-registered sections (kept in ``model_extra``)."""
+    ``requires_plugins``, and plugin-registered sections (kept in ``model_extra``).
+
+    ``runtime`` hosts the stage replicas: ``local`` (in-process or OS processes) or ``ray`` (one
+    Ray actor per replica, see docs/distributed.md); ``ray_address`` names the cluster to join
+    (default: ``RAY_ADDRESS``, else a local Ray started for the engine).
+    """
 
     model_config = ConfigDict(extra="allow")
 
     name: str
     engine: str = "turn"
+    runtime: Literal["local", "ray"] = "local"
+    ray_address: str | None = None
     requires_plugins: list[str] = Field(default_factory=list)
     stages: list[StageConfig]
     source: str = Field(default="<python>", exclude=True)

@@ -59,7 +59,7 @@ class DiffusionEngine:
         import torch
         from safetensors.torch import load_file
 
-        from omni_core.stage.dataplane import SharedMemoryDataPlane
+        from omni_core.stage.dataplane import default_plane
 
         self.args = DiffusionArgs.model_validate(config["args"])
         torch.set_num_threads(self.args.threads)
@@ -67,7 +67,7 @@ class DiffusionEngine:
         model = Path(config["model"])
         self.cfg = json.loads((model / "config.json").read_text())
         self.w = load_file(str(model / "model.safetensors"))
-        self.plane = SharedMemoryDataPlane()
+        self.plane = default_plane()
         self.samples: dict[str, dict[str, Any]] = {}
         self.dead = False
 

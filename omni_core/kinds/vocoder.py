@@ -53,7 +53,7 @@ class VocoderEngine:
         import torch
         from safetensors.torch import load_file
 
-        from omni_core.stage.dataplane import SharedMemoryDataPlane
+        from omni_core.stage.dataplane import default_plane
 
         torch.set_num_threads(config["threads"])
         self.torch = torch
@@ -61,7 +61,7 @@ class VocoderEngine:
         self.cfg = json.loads((model / "config.json").read_text())
         weights = load_file(str(model / "model.safetensors"))
         self.freqs, self.amps = weights["freqs"], weights["amps"]
-        self.plane = SharedMemoryDataPlane()
+        self.plane = default_plane()
         self.requests: dict[str, dict[str, Any]] = {}
         self.dead = False
 

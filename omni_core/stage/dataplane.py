@@ -1,14 +1,15 @@
 """The data plane: arrays between stage processes travel through shared memory; only a small
 :class:`TensorHandle` crosses a control channel.
 
-``SharedMemoryDataPlane`` is the local implementation; a distributed runtime (e.g. Ray's object
-store) implements the same two calls.
+``SharedMemoryDataPlane`` is the local implementation; ``RayDataPlane`` (the ``ray`` runtime)
+puts arrays into Ray's object store. Engines get theirs from :func:`default_plane`.
 """
 
 from __future__ import annotations
 
+import os
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 
@@ -17,6 +18,7 @@ class TensorHandle:
     name: str
     shape: tuple[int, ...]
     dtype: str
+    ref: Any = field(default=None, compare=False)  # the object-store reference (Ray plane)
 
 
 class DataPlane(Protocol):
@@ -54,6 +56,39 @@ class SharedMemoryDataPlane:
         finally:
             block.close()
             block.unlink()
+
+
+class RayDataPlane:
+    """Arrays through Ray's object store: the handle carries an ``ObjectRef``; ``take`` fetches
+    it (zero-copy on the same node) and drops the reference, so the store frees it."""
+
+    def put(self, array: Any) -> TensorHandle:
+        import numpy as np
+        import ray
+
+        array = np.ascontiguousarray(array)
+        ref = ray.put(array)
+        return TensorHandle(ref.hex(), tuple(array.shape), str(array.dtype), ref=ref)
+
+    def take(self, handle: TensorHandle) -> Any:
+        import ray
+
+        return ray.get(handle.ref)
+
+
+PLANE_ENV = "OMNI_DATA_PLANE"
+
+
+def default_plane() -> DataPlane:
+    """The data plane of this process: ``OMNI_DATA_PLANE=ray`` (set in Ray stage actors) or
+    shared memory."""
+    if os.environ.get(PLANE_ENV) == "ray":
+        return RayDataPlane()
+    return SharedMemoryDataPlane()
+
+
+def plane_for(handle: TensorHandle, fallback: DataPlane) -> DataPlane:
+    return RayDataPlane() if handle.ref is not None else fallback
 
 
 def _untrack(name: str) -> None:

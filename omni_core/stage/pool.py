@@ -6,7 +6,7 @@ Placement only: which replica serves a request. Which stage comes next is the or
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from omni_core.errors import StartupError
 from omni_core.stage.client import StageClient, StageContext
@@ -18,8 +18,9 @@ logger = logging.getLogger(__name__)
 
 
 class StagePool:
-    def __init__(self, stage: ResolvedStage, context: StageContext) -> None:
+    def __init__(self, stage: ResolvedStage, context: StageContext, factory: Any = None) -> None:
         self.stage = stage
+        self.factory = factory or stage.kind.client_factory  # the runtime's (ray) or the kind's
         self.context = context
         self.clients: list[StageClient | None] = [None] * stage.config.replicas
         self.bound: list[set[str]] = [set() for _ in self.clients]
@@ -31,7 +32,8 @@ class StagePool:
         return self.stage.id
 
     def new_client(self, replica: int) -> StageClient:
-        return self.stage.kind.client_factory(self.stage.config, replica, self.context)
+        client: StageClient = self.factory(self.stage.config, replica, self.context)
+        return client
 
     async def start_replica(self, replica: int) -> StageClient:
         label = f"stage '{self.stage.name}' (id {self.stage.id}) replica {replica}"

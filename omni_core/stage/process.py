@@ -62,6 +62,15 @@ class ProcessStageClient(LocalStageClient):
         self._ids = itertools.count()
         self._plane = SharedMemoryDataPlane()
 
+    def worker_spec(self) -> dict[str, Any]:
+        """What another host (a Ray actor) needs to run this replica's worker engine."""
+        return {
+            "config": self._config,
+            "env": dict(self._env or {}),
+            "start_timeout_s": self._start_timeout_s,
+            "preload": list(self._preload),
+        }
+
     @property
     def pid(self) -> int | None:
         return self.proc.pid if self.proc is not None else None

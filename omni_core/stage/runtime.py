@@ -18,8 +18,16 @@ logger = logging.getLogger(__name__)
 class StageRuntime:
     def __init__(self, pipeline: ResolvedPipeline, settings: Any) -> None:
         context = StageContext(pipeline_name=pipeline.config.name, settings=settings)
+        self.backend: Any = None  # runtime "ray": hosts every replica on a Ray actor
+        if pipeline.config.runtime == "ray":
+            from omni_core.stage.ray_runtime import RayBackend
+
+            self.backend = RayBackend(pipeline, settings)
         self.pools: dict[int, StagePool] = {
-            sid: StagePool(stage, context) for sid, stage in pipeline.stages.items()
+            sid: StagePool(
+                stage, context, self.backend.client_factory(stage) if self.backend else None
+            )
+            for sid, stage in pipeline.stages.items()
         }
         self._released = False
         self.starting: str | None = None
@@ -27,6 +35,9 @@ class StageRuntime:
     async def start(self) -> None:
         """Start every replica; on any failure stop the ones that started and re-raise."""
         try:
+            if self.backend is not None:
+                self.starting = "the Ray runtime"
+                await self.backend.start()
             for pool in self.pools.values():
                 for replica in range(len(pool.clients)):
                     self.starting = (
@@ -49,6 +60,8 @@ class StageRuntime:
         for result in results:
             if isinstance(result, BaseException):
                 logger.warning("stage client shutdown failed: %r", result)
+        if self.backend is not None:
+            await self.backend.shutdown()
 
     def kill_processes(self) -> None:
         """Last resort when the orchestrator thread is stuck: kill replica processes."""
@@ -60,3 +73,5 @@ class StageRuntime:
                         kill()
                     except Exception:  # pragma: no cover - best effort
                         pass
+        if self.backend is not None:
+            self.backend.kill()

@@ -26,6 +26,16 @@ class ScriptedStageClient(LocalStageClient):
         self._work: asyncio.Event | None = None
         self._driver: asyncio.Task[None] | None = None
 
+    def worker_spec(self) -> dict[str, Any]:
+        """The same engine as a worker engine (how the ``ray`` runtime hosts this replica)."""
+        config = {
+            "factory": "omni_core.testing.scripted_core:worker_engine",
+            "stage_name": self.core.name,
+            "args": self._args.model_dump(),
+            "replica": self.core.replica,
+        }
+        return {"config": config, "env": {}, "start_timeout_s": 60.0, "preload": []}
+
     async def start(self) -> None:
         if self._args.start_delay_s:
             await asyncio.sleep(self._args.start_delay_s)  # a slow model load

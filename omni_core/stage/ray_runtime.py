@@ -1,0 +1,182 @@
+"""The ``ray`` stage runtime: connects to Ray, builds :class:`RayStageClient` replicas, and leaves
+no actor behind.
+
+Connection: ``ray_address`` in the pipeline, else Ray's own ``RAY_ADDRESS``, joins a cluster; a
+process where Ray is already initialized is reused; otherwise a local Ray sized for this machine
+is started and stopped at shutdown. Replica hosting: the kind's ``client_factory`` builds the
+replica's local client, which either describes a worker engine (``worker_spec()``: process kinds
+and ``scripted``) that the actor hosts directly, or is rebuilt inside the actor as is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from typing import TYPE_CHECKING, Any
+
+from omni_core.errors import OmniError, StartupError
+from omni_core.stage.client import StageClient, StageContext
+from omni_core.stage.dataplane import PLANE_ENV
+from omni_core.stage.ray_client import RayStageClient
+
+if TYPE_CHECKING:
+    from omni_core.config.pipeline import StageResources
+    from omni_core.config.resolve import ResolvedPipeline, ResolvedStage
+
+logger = logging.getLogger(__name__)
+
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+class ActorLeakError(OmniError):
+    """Stage actors were still ALIVE after shutdown."""
+
+
+class RayBackend:
+    def __init__(self, pipeline: ResolvedPipeline, settings: Any) -> None:
+        self.pipeline = pipeline
+        self.settings = settings
+        self.address = pipeline.config.ray_address or os.environ.get("RAY_ADDRESS") or None
+        self.owns_ray = False
+        self.clients: list[RayStageClient] = []
+        self.start_s: float | None = None
+        self.alive_after_shutdown: list[str] | None = None
+
+    # --- connection -------------------------------------------------------------------------
+    async def start(self) -> None:
+        await asyncio.to_thread(self._connect)
+
+    def _connect(self) -> None:
+        try:
+            import ray
+        except ImportError as exc:
+            raise StartupError("runtime 'ray' needs Ray: pip install 'omni-core[ray]'") from exc
+        started = time.perf_counter()
+        if ray.is_initialized():
+            logger.info("ray runtime: reusing this process's Ray connection")
+        elif self.address:
+            ray.init(address=self.address, log_to_driver=False, logging_level=logging.ERROR)
+            logger.info("ray runtime: joined the cluster at %s", self.address)
+        else:
+            ray.init(
+                address="local",
+                num_cpus=os.cpu_count() or 1,
+                log_to_driver=False,
+                logging_level=logging.ERROR,
+                include_dashboard=True,  # serves the state API the shutdown check uses
+            )
+            self.owns_ray = True
+            logger.info("ray runtime: started a local Ray (%d CPUs)", os.cpu_count() or 1)
+        self.start_s = time.perf_counter() - started
+
+    # --- replicas ---------------------------------------------------------------------------
+    def client_factory(self, stage: ResolvedStage) -> Any:
+        def make(config: Any, replica: int, context: StageContext) -> StageClient:
+            return self.make_client(stage, replica, context)
+
+        return make
+
+    def make_client(self, stage: ResolvedStage, replica: int, context: StageContext) -> Any:
+        label = f"stage '{stage.name}' replica {replica} (ray)"
+        local = stage.kind.client_factory(stage.config, replica, context)
+        describe = getattr(local, "worker_spec", None)
+        env = {PLANE_ENV: "ray", **_default_threads()}
+        if describe is not None:
+            worker = describe()
+            spec: dict[str, Any] = {"mode": "worker", "config": worker["config"]}
+            env.update(worker["env"])
+            timeout = float(worker["start_timeout_s"])
+            preload = tuple(worker["preload"])
+        else:
+            spec = {
+                "mode": "client",
+                "factory": stage.kind.client_factory,
+                "args": (stage.config, replica, context),
+            }
+            timeout, preload = float(self.settings.startup_timeout_s), ()
+        options = actor_options(stage.config.resources, env)
+        client = RayStageClient(label, spec, options, timeout, preload)
+        self.clients.append(client)
+        return client
+
+    # --- shutdown ---------------------------------------------------------------------------
+    async def shutdown(self) -> None:
+        """Every client was shut down (its actor killed): check that none is ALIVE, then stop
+        the Ray this runtime started."""
+        await asyncio.to_thread(self._finish)
+
+    def _finish(self) -> None:
+        import ray
+
+        if not ray.is_initialized():
+            return
+        for client in self.clients:
+            client.kill()
+        ids = {c.actor_id for c in self.clients if c.actor_id}
+        try:
+            self.alive_after_shutdown = wait_actors_gone(ids, timeout_s=10.0)
+            if self.alive_after_shutdown:
+                logger.error(
+                    "ray runtime: actors still ALIVE after shutdown: %s", self.alive_after_shutdown
+                )
+        except Exception as exc:  # the state API is unavailable (no dashboard on the cluster)
+            logger.warning("ray runtime: could not check actors with the state API: %r", exc)
+        if self.owns_ray:
+            ray.shutdown()
+            logger.info("ray runtime: stopped the local Ray")
+
+    def kill(self) -> None:
+        for client in self.clients:
+            client.kill()
+
+
+def alive_actors(ids: set[str] | None = None) -> list[str]:
+    """Ids of ALIVE actors (of ``ids`` when given), from Ray's state API."""
+    from ray.util.state import list_actors
+
+    alive = list_actors(
+        filters=[("state", "=", "ALIVE")], limit=10_000, raise_on_missing_output=False
+    )
+    return [a.actor_id for a in alive if ids is None or a.actor_id in ids]
+
+
+def wait_actors_gone(ids: set[str], timeout_s: float) -> list[str]:
+    """Poll the state API until none of ``ids`` is ALIVE (kills are asynchronous)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        alive = alive_actors(ids) if ids else []
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.1)
+
+
+def actor_options(resources: StageResources, env: dict[str, str]) -> dict[str, Any]:
+    """Ray actor options of a replica: no Ray restarts (our restart policy owns them)."""
+    options: dict[str, Any] = {
+        "max_restarts": 0,
+        "max_task_retries": 0,
+        "runtime_env": {"env_vars": env},
+    }
+    if resources.num_cpus is not None:
+        options["num_cpus"] = resources.num_cpus
+    if resources.num_gpus is not None:
+        options["num_gpus"] = resources.num_gpus
+    custom = dict(resources.custom)
+    if resources.node_ip:
+        custom[f"node:{resources.node_ip}"] = 0.001
+    if custom:
+        options["resources"] = custom
+    if resources.strategy == "SPREAD":
+        options["scheduling_strategy"] = "SPREAD"
+    return options
+
+
+def _default_threads() -> dict[str, str]:
+    """Threads of an actor whose kind sets none: what a local replica gets in this process.
+
+    Ray sets ``OMP_NUM_THREADS=1`` in actors without ``num_cpus``; set it explicitly instead.
+    """
+    n = os.environ.get("OMP_NUM_THREADS") or str(os.cpu_count() or 1)
+    return {var: os.environ.get(var, n) for var in THREAD_VARS}
