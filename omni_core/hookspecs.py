@@ -41,6 +41,7 @@ if TYPE_CHECKING:
         ServerRoute,
         StageKind,
     )
+    from omni_core.sampling import SamplingParams
 
 # --------------------------------------------------------------------------------------------
 # Registration (main process; each registry is collected the first time a PluginHost uses it —
@@ -93,7 +94,9 @@ def omni_register_engine_kinds() -> Iterable[EngineKind]:
 def omni_register_config_sections() -> Iterable[ConfigSection]:
     """Provide extra top-level pipeline sections, each validated by its pydantic model.
 
-    A pipeline with an unregistered top-level key fails validation. Merged; duplicates conflict.
+    A pipeline with an unregistered top-level key fails validation. The model is validated with
+    ``context={"pipeline": PipelineConfig}`` (cross-checks against the stages may use it).
+    Merged; duplicates conflict.
     """
     return ()
 
@@ -117,9 +120,15 @@ def omni_register_server_routes() -> Iterable[ServerRoute]:
 
 @hookspec
 def omni_admit_request(
-    request_id: str, prompt: Any, pipeline: PipelineConfig, orchestrator: OrchestratorBase
+    request_id: str,
+    prompt: Any,
+    pipeline: PipelineConfig,
+    params: dict[int, SamplingParams],
+    orchestrator: OrchestratorBase,
 ) -> Admission | None:
-    """Expand a request into a bundle before any state exists (e.g. CFG companions).
+    """Expand a request into a bundle before any state exists (e.g. extra guidance passes).
+
+    ``params`` are the request's sampling params by stage id (read-only).
 
     Fires on the orchestrator thread once per admitted request (and per parallel-sampling child),
     before the request is registered. All impls are called; their companions are admitted together

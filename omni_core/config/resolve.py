@@ -87,7 +87,7 @@ def resolve_pipeline(pipeline: str | Path | PipelineConfig, host: PluginHost) ->
             problems.append(f"{src}: field '{key}': unknown field")
             continue
         try:
-            sections[key] = section.model.model_validate(value or {})
+            sections[key] = section.model.model_validate(value or {}, context={"pipeline": config})
         except ValidationError as exc:
             problems.extend(_model_problems(exc, f"{src}: section '{key}'", prefix=""))
     stages: dict[int, ResolvedStage] = {}

@@ -65,7 +65,7 @@ class DiffusionEngine:
         torch.set_num_threads(self.args.threads)
         self.torch = torch
         model = Path(config["model"])
-        self.cfg = json.loads((model / "config.json").read_text())
+        self.spec = json.loads((model / "config.json").read_text())
         self.w = load_file(str(model / "model.safetensors"))
         self.plane = default_plane()
         self.samples: dict[str, dict[str, Any]] = {}
@@ -80,7 +80,7 @@ class DiffusionEngine:
         conds = [
             (self.embed(c["tokens"]), float(c["weight"])) for c in _conditionings(request.prompt)
         ]
-        latent = torch.randn(*self.cfg["latent"], generator=gen)
+        latent = torch.randn(*self.spec["latent"], generator=gen)
         preview = extra.get("preview_every", self.args.preview_every) or None
         self.samples[request.request_id] = {
             "x": latent,
@@ -94,7 +94,7 @@ class DiffusionEngine:
         raise NotImplementedError("a diffusion stage takes its whole input at once")
 
     def embed(self, tokens: list[int]) -> Any:
-        idx = self.torch.tensor([t % self.cfg["vocab"] for t in tokens] or [0])
+        idx = self.torch.tensor([t % self.spec["vocab"] for t in tokens] or [0])
         return self.w["embed"][idx].mean(dim=0)
 
     def abort(self, request_ids: list[str]) -> None:
@@ -144,7 +144,7 @@ class DiffusionEngine:
         return outputs
 
     def to_image(self, x: Any) -> Any:
-        up = self.cfg["upscale"]
+        up = self.spec["upscale"]
         pixels = (self.torch.sigmoid(x) * 255).round().to(self.torch.uint8)
         pixels = pixels.repeat_interleave(up, dim=1).repeat_interleave(up, dim=2)
         return pixels.permute(1, 2, 0).contiguous().numpy()

@@ -58,7 +58,7 @@ class VocoderEngine:
         torch.set_num_threads(config["threads"])
         self.torch = torch
         model = Path(config["model"])
-        self.cfg = json.loads((model / "config.json").read_text())
+        self.spec = json.loads((model / "config.json").read_text())
         weights = load_file(str(model / "model.safetensors"))
         self.freqs, self.amps = weights["freqs"], weights["amps"]
         self.plane = default_plane()
@@ -112,7 +112,7 @@ class VocoderEngine:
                         token_ids=codes,
                         finished=last,
                         finish_reason="stop" if last else None,
-                        payload=AudioChunk(self.plane.put(audio), self.cfg["sample_rate"]),
+                        payload=AudioChunk(self.plane.put(audio), self.spec["sample_rate"]),
                     )
                 )
             elif state["closed"]:
@@ -126,8 +126,8 @@ class VocoderEngine:
 
     def voice(self, codes: list[int], offset: int) -> Any:
         torch = self.torch
-        hop, rate = self.cfg["hop"], self.cfg["sample_rate"]
-        idx = torch.tensor([c % self.cfg["codebook"] for c in codes], dtype=torch.long)
+        hop, rate = self.spec["hop"], self.spec["sample_rate"]
+        idx = torch.tensor([c % self.spec["codebook"] for c in codes], dtype=torch.long)
         n = torch.arange(offset, offset + hop * len(codes), dtype=torch.float64) / rate
         freqs = self.freqs[idx].repeat_interleave(hop, dim=0).double()  # (samples, harmonics)
         amps = self.amps[idx].repeat_interleave(hop, dim=0).double()

@@ -103,6 +103,17 @@ class RoutingMixin:
         self._plans[key] = plan
         return plan
 
+    def plan_until(self, stage_id: int) -> tuple[frozenset[int], tuple[int, ...]]:
+        """(stages needed, final stages) of a run that ends at ``stage_id``."""
+        needed: set[int] = set()
+        todo = [stage_id]
+        while todo:
+            sid = todo.pop()
+            if sid not in needed:
+                needed.add(sid)
+                todo.extend(e.stage for e in self.inputs[sid])
+        return frozenset(needed), (stage_id,)
+
     def new_run(
         self,
         run_id: str,
@@ -322,6 +333,7 @@ class RoutingMixin:
         if tr.submitted or tr.finished or run.terminal:
             return
         extra: list[Any] = []
+        transforms: list[Any] = []
         if self.hooks.has_forward_gates:
             gates = self.hooks.forward_gates(run.run_id, target, self)
             if any(g.defer for g in gates):
@@ -329,11 +341,15 @@ class RoutingMixin:
                 return
             for gate in gates:
                 extra.extend(gate.extra_sources)
+                if gate.transform is not None:
+                    transforms.append(gate.transform)
         tr.deferred = False
         sources: list[Any] = [run.stages[e.stage].result for e in self.inputs[target]]
         stage = self.pipeline.stages[target]
         try:
             prompt = stage.bridge([*sources, *extra], run.prompt, run.params[target])
+            for transform in transforms:
+                prompt = transform(prompt)
         except Exception as exc:
             if not await self._handle_forward_failure(run, target, exc):
                 await self.fail_run(run, target, ErrorInfo.from_exception(exc, status_code=400))

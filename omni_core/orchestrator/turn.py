@@ -97,21 +97,32 @@ class Orchestrator(OrchestratorBase):
             request_id=run.run_id,
             prompt=run.prompt,
             pipeline=self.pipeline.config,
+            params=run.params,
             orchestrator=self,
         ):
             run.tags.update(admission.tags)
             for spec in admission.companions:
                 params = dict(run.params)
-                if spec.sampling_params is not None:
+                if isinstance(spec.sampling_params, dict):
+                    params.update(spec.sampling_params)
+                elif spec.sampling_params is not None:
                     params = {sid: spec.sampling_params for sid in params}
+                needed, finals = run.needed, run.finals
+                if spec.final_stage is not None:
+                    if spec.final_stage not in run.needed:
+                        raise PluginError(
+                            f"companion '{spec.suffix}': final_stage {spec.final_stage} is not "
+                            "a stage of this request"
+                        )
+                    needed, finals = self.plan_until(spec.final_stage)
                 companion = self.new_run(
                     run.run_id + spec.suffix,
                     run.parent,
                     run.index,
                     spec.prompt,
                     params,
-                    run.needed,
-                    run.finals,
+                    needed,
+                    finals,
                 )
                 companion.companion_of = run
                 companion.tags.update(spec.metadata)

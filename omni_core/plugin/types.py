@@ -124,12 +124,19 @@ class ServerRoute:
 
 @dataclass(frozen=True, slots=True)
 class Companion:
-    """An extra internal request admitted beside a caller's request (hidden from the caller)."""
+    """An extra internal request admitted beside a caller's request (hidden from the caller).
+
+    ``sampling_params``: one SamplingParams for every stage, a mapping stage id -> SamplingParams,
+    or None (the request's own). ``final_stage``: the companion runs only the stages feeding this
+    stage id (itself included) and ends there; None runs the request's whole plan.
+    ``metadata`` becomes the companion run's ``tags``.
+    """
 
     suffix: str
     prompt: Any
     sampling_params: Any = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    final_stage: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,8 +153,11 @@ class ForwardGate:
 
     ``defer=True`` holds the forward until the plugin calls
     ``orchestrator.release_forward(request_id, stage_id)``. ``extra_sources`` are appended to the
-    bridge's sources when the forward happens.
+    bridge's sources when the forward happens. ``transform(prompt)`` rewrites the bridge's result
+    (the next stage's prompt) before it is submitted; an exception in it fails the request like a
+    failing bridge.
     """
 
     defer: bool = False
     extra_sources: tuple[Any, ...] = ()
+    transform: Callable[[Any], Any] | None = None

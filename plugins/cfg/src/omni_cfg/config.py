@@ -1,0 +1,169 @@
+"""The ``cfg:`` pipeline section, per-request overrides and the guided stage of a pipeline.
+
+Weights (Σ = 1, so guidance scale 1 with no branches is exactly the unguided result)::
+
+    eps = eps_neg + s * (eps_parent - eps_neg) + Σ_b s_b * (eps_b - eps_neg)
+        = s * eps_parent + Σ_b s_b * eps_b + (1 - s - Σ_b s_b) * eps_neg
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, model_validator
+
+from omni_cfg.errors import CfgError
+
+if TYPE_CHECKING:
+    from omni_core.config.pipeline import PipelineConfig
+    from omni_core.sampling import SamplingParams
+
+SECTION = "cfg"  # the pipeline section and the key in SamplingParams.extra
+GUIDED_KIND = "diffusion"  # stage kind guided by default (no ``stage:`` given)
+NEGATIVE = "neg"  # role of the negative-prompt companion
+
+
+class Branch(BaseModel):
+    """An extra guidance branch: one more companion with its own prompt and scale."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9_-]*$")
+    prompt: str
+    scale: float = Field(allow_inf_nan=False)
+
+
+class CfgSection(BaseModel):
+    """``cfg:`` in a pipeline. Every field may be overridden per request (except ``stage``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = True
+    stage: str | None = Field(
+        default=None, description=f"guided stage name (default: the '{GUIDED_KIND}' stage)"
+    )
+    guidance_scale: float = Field(default=3.0, ge=0, allow_inf_nan=False)
+    negative_prompt: str = ""
+    branches: tuple[Branch, ...] = ()
+    timeout_s: float = Field(default=30.0, gt=0, allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _check(self, info: ValidationInfo) -> CfgSection:
+        names = [b.name for b in self.branches]
+        dupes = sorted({n for n in names if names.count(n) > 1 or n == NEGATIVE})
+        if dupes:
+            raise ValueError(f"branch names must be unique and not '{NEGATIVE}': {dupes}")
+        pipeline = (info.context or {}).get("pipeline")
+        if pipeline is not None and self.enabled:
+            guided_target(pipeline, self.stage, strict=True)
+        return self
+
+
+class CfgOverride(BaseModel):
+    """``sampling_params.extra["cfg"]`` of a request; ``companion_params`` are SamplingParams
+    fields set on the companions only (e.g. their own ``max_tokens`` or ``seed``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool | None = None
+    guidance_scale: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    negative_prompt: str | None = None
+    branches: tuple[Branch, ...] | None = None
+    timeout_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    companion_params: dict[str, Any] = Field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Target:
+    """The guided stage and the stage feeding it (where companions run up to)."""
+
+    stage: int
+    source: int
+
+
+def guided_target(
+    pipeline: PipelineConfig, stage_name: str | None, *, strict: bool
+) -> Target | None:
+    """The stage to guide: ``stage_name``, else the pipeline's only ``diffusion`` stage.
+
+    It must have exactly one ``on_finish`` input. ``strict``: a problem raises ValueError (the
+    section asked for guidance); otherwise the pipeline is just not guided.
+    """
+    if stage_name is not None:
+        stages = [s for s in pipeline.stages if s.name == stage_name]
+        if not stages:
+            known = ", ".join(s.name for s in pipeline.stages)
+            raise ValueError(f"stage: no stage named '{stage_name}' (stages: {known})")
+    else:
+        stages = [s for s in pipeline.stages if s.kind == GUIDED_KIND]
+        if len(stages) != 1:
+            if strict:
+                raise ValueError(
+                    f"stage: name the guided stage (the pipeline has {len(stages)} "
+                    f"'{GUIDED_KIND}' stages)"
+                )
+            return None
+    stage = stages[0]
+    if len(stage.inputs) != 1 or stage.inputs[0].mode != "on_finish":
+        if strict:
+            raise ValueError(
+                f"stage: guided stage '{stage.name}' needs exactly one on_finish input "
+                "(the stage its companions run through)"
+            )
+        return None
+    return Target(stage=stage.id, source=stage.inputs[0].stage)
+
+
+@dataclass(frozen=True)
+class Options:
+    """The guidance of one request: section defaults with its overrides applied."""
+
+    guidance_scale: float
+    negative_prompt: str
+    branches: tuple[Branch, ...]
+    timeout_s: float
+    companion_params: dict[str, Any]
+
+    def weights(self) -> tuple[float, dict[str, float]]:
+        """(parent weight, weight by companion role)."""
+        roles = {b.name: b.scale for b in self.branches}
+        negative = 1.0 - self.guidance_scale - sum(roles.values())
+        return self.guidance_scale, {NEGATIVE: negative, **roles}
+
+
+def request_options(
+    section: CfgSection, params: dict[int, SamplingParams], request_id: str
+) -> Options | None:
+    """Options for a request, or None when guidance is off for it. Raises CfgError."""
+    raw = next((p.extra[SECTION] for p in params.values() if SECTION in p.extra), None)
+    try:
+        override = CfgOverride.model_validate(raw or {})
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(x) for x in e['loc']) or SECTION}: {e['msg']}" for e in exc.errors()
+        )
+        raise CfgError(
+            f"request '{request_id}': invalid extra['{SECTION}'] override: {problems}"
+        ) from None
+    enabled = section.enabled if override.enabled is None else override.enabled
+    if not enabled:
+        return None
+    options = Options(
+        guidance_scale=_pick(override.guidance_scale, section.guidance_scale),
+        negative_prompt=_pick(override.negative_prompt, section.negative_prompt),
+        branches=_pick(override.branches, section.branches),
+        timeout_s=_pick(override.timeout_s, section.timeout_s),
+        companion_params=override.companion_params,
+    )
+    names = [b.name for b in options.branches]
+    if len(set(names)) != len(names) or NEGATIVE in names:
+        raise CfgError(f"request '{request_id}': branch names must be unique and not '{NEGATIVE}'")
+    if not math.isfinite(sum(options.weights()[1].values())):
+        raise CfgError(f"request '{request_id}': guidance weights are not finite")
+    return options
+
+
+def _pick(value: Any, default: Any) -> Any:
+    return default if value is None else value

@@ -1,0 +1,245 @@
+"""``Guide``: CFG for one orchestrator — admission, gate, delivery, terminals and the reaper.
+
+Everything here runs on the orchestrator's loop (the hooks that call it fire there), so it needs
+no locks. It uses only the core's public seams: ``Admission``/``Companion``, ``ForwardGate``,
+``orchestrator.release_forward``, ``orchestrator.fail_run`` and ``orchestrator.spawn``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from omni_cfg.config import NEGATIVE, SECTION, CfgSection, Options, Target, request_options
+from omni_cfg.errors import CfgError
+from omni_cfg.tracker import Bundle, Tracker
+from omni_core.outputs import ErrorInfo
+from omni_core.plugin.types import Admission, Companion, ForwardGate
+
+if TYPE_CHECKING:
+    from omni_core.orchestrator.base import OrchestratorBase
+    from omni_core.orchestrator.state import RunState
+    from omni_core.outputs import StageOutput
+    from omni_core.sampling import SamplingParams
+
+logger = logging.getLogger(__name__)
+
+DELIVERED = ("stop", "length")  # finish reasons of a companion that delivered its output
+
+
+def companion_suffix(role: str) -> str:
+    return f"#cfg-{role}"
+
+
+class Guide:
+    def __init__(self, orchestrator: OrchestratorBase, section: CfgSection, target: Target):
+        self.orchestrator = orchestrator
+        self.section = section
+        self.target = target
+        self.tracker = Tracker()
+        self._wake = asyncio.Event()
+
+    # --- admission ----------------------------------------------------------------------------
+    def admit(self, request_id: str, params: dict[int, SamplingParams]) -> Admission | None:
+        options = request_options(self.section, params, request_id)
+        if options is None:
+            return None
+        companion_params = self._companion_params(options, params, request_id)
+        prompts = {NEGATIVE: options.negative_prompt} | {b.name: b.prompt for b in options.branches}
+        parent_weight, weights = options.weights()
+        companions = tuple(
+            Companion(
+                suffix=companion_suffix(role),
+                prompt=prompt,
+                sampling_params=companion_params,
+                metadata={SECTION: {"parent": request_id, "role": role}},
+                final_stage=self.target.source,
+            )
+            for role, prompt in prompts.items()
+        )
+        roles = {request_id + c.suffix: role for c, role in zip(companions, prompts, strict=True)}
+        tag = {
+            "roles": roles,
+            "parent_weight": parent_weight,
+            "weights": weights,
+            "timeout_s": options.timeout_s,
+        }
+        return Admission(companions=companions, tags={SECTION: tag})
+
+    def _companion_params(
+        self, options: Options, params: dict[int, SamplingParams], request_id: str
+    ) -> dict[int, SamplingParams] | None:
+        if not options.companion_params:
+            return None
+        from omni_core.sampling import SamplingParams
+
+        try:
+            return {
+                sid: SamplingParams.from_mapping(
+                    {**_as_dict(p), **options.companion_params},
+                    f"extra['{SECTION}'].companion_params",
+                )
+                for sid, p in params.items()
+            }
+        except Exception as exc:
+            raise CfgError(f"request '{request_id}': {exc}") from None
+
+    def admitted(self, run: RunState) -> None:
+        """Register a parent (its tag lists its companions) or one of its companions."""
+        tag = run.tags.get(SECTION)
+        if not isinstance(tag, dict):
+            return
+        if "roles" in tag:
+            self.tracker.register_parent(
+                Bundle(
+                    parent_id=run.run_id,
+                    roles=dict(tag["roles"]),
+                    parent_weight=tag["parent_weight"],
+                    weights=dict(tag["weights"]),
+                    timeout_s=tag["timeout_s"],
+                )
+            )
+        elif "parent" in tag:
+            self.tracker.register_companion(run.run_id, tag["parent"])
+
+    # --- delivery and the gate ----------------------------------------------------------------
+    def on_output(self, request_id: str, stage_id: int, output: StageOutput) -> None:
+        """Only a companion's finished output of its last stage is its processed output."""
+        if stage_id != self.target.source or not output.finished or output.error is not None:
+            return
+        if self.tracker.parent_of(request_id) is None:
+            return
+        run = self.orchestrator.runs.get(request_id)
+        if run is None:
+            return
+        parent_id = self.tracker.deliver(request_id, run.stages[stage_id].result)
+        if parent_id is not None:
+            self.orchestrator.release_forward(parent_id, self.target.stage)
+
+    def gate(self, request_id: str, stage_id: int) -> ForwardGate | None:
+        if stage_id != self.target.stage:
+            return None
+        bundle = self.tracker.bundles.get(request_id)
+        if bundle is None:
+            return None
+        if not bundle.complete:
+            if self.tracker.defer(request_id, self.orchestrator.loop.time()):
+                self._wake.set()
+            logger.debug("cfg: %s deferred, waiting for %s", request_id, bundle.missing)
+            return ForwardGate(defer=True)
+        self.tracker.undefer(request_id)
+        return ForwardGate(transform=lambda prompt: self._combine(request_id, prompt))
+
+    def _combine(self, request_id: str, prompt: Any) -> dict[str, Any]:
+        """The bundle as weighted conditionings (non-destructive: a re-forward gets it again)."""
+        bundle = self.tracker.bundles.get(request_id)
+        if bundle is None or not bundle.complete:
+            raise CfgError(f"request '{request_id}': its guidance bundle was lost")
+        stage = self.orchestrator.pipeline.stages[self.target.stage]
+        run = self.orchestrator.runs[request_id]
+        conditionings = [{"tokens": _tokens(prompt), "weight": bundle.parent_weight}]
+        for companion_id, role in bundle.roles.items():
+            tokens = _tokens(
+                stage.bridge([bundle.outputs[companion_id]], None, run.params[self.target.stage])
+            )
+            if not tokens:
+                raise CfgError(
+                    f"request '{request_id}': lost bundle: companion '{companion_id}' delivered "
+                    "no usable output"
+                )
+            conditionings.append({"tokens": tokens, "weight": bundle.weights[role]})
+        return {"conditionings": conditionings}
+
+    # --- terminals ----------------------------------------------------------------------------
+    def abort_targets(self, request_ids: list[str]) -> list[str]:
+        extra: list[str] = []
+        for rid in request_ids:
+            bundle = self.tracker.bundles.get(rid)
+            if bundle is not None:
+                extra.extend(c for c in bundle.roles if self.tracker.parent_of(c) is not None)
+        return extra
+
+    def terminal(self, request_id: str, finish_reason: str, error: ErrorInfo | None) -> None:
+        parent_id = self.tracker.parent_of(request_id)
+        if parent_id is not None:
+            delivered = self.tracker.delivered(request_id, parent_id)
+            self.tracker.forget_companion(request_id)
+            if not delivered and finish_reason != "shutdown":
+                reason = error.message if error is not None else finish_reason
+                self._fail(
+                    parent_id,
+                    ErrorInfo(
+                        type="CfgCompanionError",
+                        message=f"request '{parent_id}': guidance companion '{request_id}' "
+                        f"ended before delivering its output ({reason})",
+                        status_code=error.status_code if error is not None else 500,
+                        retryable=True,
+                    ),
+                )
+            return
+        self.tracker.cleanup_parent(request_id)
+
+    def _fail(self, parent_id: str, error: ErrorInfo) -> None:
+        run = self.orchestrator.runs.get(parent_id)
+        if run is not None and not run.terminal:
+            self.orchestrator.spawn(self._fail_now(run, error), name="omni-cfg-fail")
+
+    async def _fail_now(self, run: RunState, error: ErrorInfo) -> None:
+        await self.orchestrator.fail_run(run, self.target.stage, error)
+        self.orchestrator.emitter.flush()
+
+    # --- the reaper ---------------------------------------------------------------------------
+    async def reaper(self) -> None:
+        """Fail parents deferred past their deadline. Sleeps until the next deadline or until a
+        new one is armed; never polls."""
+        loop = self.orchestrator.loop
+        while True:
+            self._wake.clear()
+            deadline = self.tracker.next_deadline()
+            if deadline is None:
+                await self._wake.wait()
+                continue
+            delay = deadline - loop.time()
+            if delay > 0:
+                try:
+                    await asyncio.wait_for(self._wake.wait(), delay)
+                except TimeoutError:
+                    pass
+                continue
+            for parent_id in self.tracker.pop_expired(loop.time()):
+                await self._expire(parent_id)
+
+    async def _expire(self, parent_id: str) -> None:
+        bundle = self.tracker.bundles.get(parent_id)
+        run = self.orchestrator.runs.get(parent_id)
+        if bundle is None or run is None or run.terminal:
+            return
+        logger.warning("cfg: %s timed out waiting for %s", parent_id, bundle.missing)
+        await self._fail_now(
+            run,
+            ErrorInfo(
+                type="CfgTimeoutError",
+                message=f"request '{parent_id}': guidance companions {bundle.missing} did not "
+                f"deliver within {bundle.timeout_s:g}s (cfg.timeout_s); request and companions "
+                "aborted",
+                status_code=504,
+                retryable=True,
+            ),
+        )
+
+
+def _tokens(prompt: Any) -> list[int]:
+    if isinstance(prompt, list):
+        return [int(t) for t in prompt]
+    if isinstance(prompt, str):
+        return list(prompt.encode())
+    if prompt is None:
+        return []
+    raise CfgError(f"cannot guide a stage whose bridge gives {type(prompt).__name__}")
+
+
+def _as_dict(params: SamplingParams) -> dict[str, Any]:
+    import msgspec
+
+    return msgspec.structs.asdict(params)

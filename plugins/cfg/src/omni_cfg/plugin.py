@@ -1,0 +1,135 @@
+"""The hook implementations omni-core loads (entry point ``cfg`` → this module).
+
+Cheap to import: it is imported whenever a plugin manager is built. One :class:`Guide` per
+orchestrator holds the state; an orchestrator whose pipeline is not guided gets none, and every
+hook returns at once for it.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from omni_cfg.config import SECTION, CfgSection, guided_target
+from omni_core import hookimpl
+from omni_core.plugin.types import Admission, ConfigSection, ForwardGate, PipelineSpec
+
+if TYPE_CHECKING:
+    from omni_cfg.guide import Guide
+    from omni_cfg.tracker import Tracker
+    from omni_core.config.pipeline import PipelineConfig
+    from omni_core.orchestrator.base import OrchestratorBase
+    from omni_core.outputs import ErrorInfo, StageOutput
+    from omni_core.sampling import SamplingParams
+
+OMNI_PLUGIN_API_VERSION = 1
+
+_guides: weakref.WeakKeyDictionary[OrchestratorBase, Guide | None] = weakref.WeakKeyDictionary()
+
+
+def guide_of(orchestrator: OrchestratorBase) -> Guide | None:
+    """The orchestrator's Guide, built on first use; None when its pipeline is not guided.
+
+    A pipeline is guided when its ``cfg:`` section is enabled, or when it has no ``cfg:`` section
+    and one ``diffusion`` stage with one ``on_finish`` input (defaults apply).
+    """
+    try:
+        return _guides[orchestrator]
+    except KeyError:
+        pass
+    from omni_cfg.guide import Guide
+
+    config = orchestrator.pipeline.config
+    section = orchestrator.pipeline.sections.get(SECTION)
+    guide = None
+    if section is None or isinstance(section, CfgSection):
+        section = section or CfgSection()
+        target = guided_target(config, section.stage, strict=False) if section.enabled else None
+        if target is not None:
+            guide = Guide(orchestrator, section, target)
+    _guides[orchestrator] = guide
+    return guide
+
+
+def tracker_of(orchestrator: OrchestratorBase) -> Tracker | None:
+    guide = guide_of(orchestrator)
+    return guide.tracker if guide is not None else None
+
+
+# --- registration ---------------------------------------------------------------------------
+@hookimpl
+def omni_register_config_sections() -> Iterable[ConfigSection]:
+    return [ConfigSection(SECTION, CfgSection, "classifier-free guidance (omni-cfg)")]
+
+
+def _load_tiny_image_cfg() -> PipelineConfig:
+    from importlib import resources
+
+    from omni_core.config.pipeline import PipelineConfig
+
+    text = resources.files("omni_cfg.pipelines").joinpath("tiny-image-cfg.yaml").read_text()
+    return PipelineConfig.from_yaml_text(text, source="<pipeline tiny-image-cfg>")
+
+
+@hookimpl
+def omni_register_pipelines() -> Iterable[PipelineSpec]:
+    return [PipelineSpec("tiny-image-cfg", _load_tiny_image_cfg, "tiny-image, guided (omni-cfg)")]
+
+
+# --- request lifecycle ------------------------------------------------------------------------
+@hookimpl
+def omni_background_tasks(
+    orchestrator: OrchestratorBase,
+) -> Iterable[Callable[[], Awaitable[None]]]:
+    guide = guide_of(orchestrator)
+    return [guide.reaper] if guide is not None else []
+
+
+@hookimpl
+def omni_admit_request(
+    request_id: str, params: dict[int, SamplingParams], orchestrator: OrchestratorBase
+) -> Admission | None:
+    guide = guide_of(orchestrator)
+    return guide.admit(request_id, params) if guide is not None else None
+
+
+@hookimpl
+def omni_request_admitted(request_id: str, orchestrator: OrchestratorBase) -> None:
+    guide = guide_of(orchestrator)
+    run = orchestrator.runs.get(request_id)
+    if guide is not None and run is not None:
+        guide.admitted(run)
+
+
+@hookimpl
+def omni_intercept_stage_output(
+    request_id: str, stage_id: int, output: StageOutput, orchestrator: OrchestratorBase
+) -> Any:
+    guide = guide_of(orchestrator)
+    if guide is not None:
+        guide.on_output(request_id, stage_id, output)
+    return None  # never consumes: the companion's run finishes normally
+
+
+@hookimpl
+def omni_forward_gate(
+    request_id: str, stage_id: int, orchestrator: OrchestratorBase
+) -> ForwardGate | None:
+    guide = guide_of(orchestrator)
+    return guide.gate(request_id, stage_id) if guide is not None else None
+
+
+@hookimpl
+def omni_expand_abort(request_ids: list[str], orchestrator: OrchestratorBase) -> Iterable[str]:
+    guide = guide_of(orchestrator)
+    return guide.abort_targets(request_ids) if guide is not None else ()
+
+
+@hookimpl
+def omni_request_terminal(
+    request_id: str, finish_reason: str, error: ErrorInfo | None, orchestrator: OrchestratorBase
+) -> None:
+    guide = guide_of(orchestrator)
+    if guide is not None:
+        guide.terminal(request_id, finish_reason, error)

@@ -1,0 +1,146 @@
+"""The tracker's bookkeeping, the ``cfg:`` section, overrides, registration and the reaper."""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+
+import omni_cfg.plugin as cfg_plugin
+import pytest
+from omni_cfg.config import CfgSection, guided_target, request_options
+from omni_cfg.errors import CfgError
+from omni_cfg.tracker import Bundle, Tracker
+
+from omni_core import OmniSettings, PluginHost
+from omni_core.config.pipeline import PipelineConfig
+from omni_core.config.resolve import resolve_pipeline
+from omni_core.errors import ConfigError, OmniError
+from omni_core.sampling import SamplingParams
+
+
+def bundle(pid="p", roles=("neg",), timeout=1.0):
+    return Bundle(pid, {f"{pid}#{r}": r for r in roles}, 3.0, {r: -2.0 for r in roles}, timeout)
+
+
+def test_tracker_delivery_is_idempotent_and_non_destructive():
+    t = Tracker()
+    t.register_parent(bundle(roles=("neg", "img")))
+    t.register_companion("p#neg", "p")
+    t.register_companion("p#img", "p")
+    assert t.deliver("p#neg", "out1") is None  # companion first: nobody waits yet
+    assert t.defer("p", now=0.0) and not t.defer("p", now=0.5)  # re-defer keeps the deadline
+    assert t.bundles["p"].deadline == 1.0
+    assert t.deliver("p#neg", "dup") is None and t.bundles["p"].outputs["p#neg"] == "out1"
+    assert t.deliver("p#img", "out2") == "p"  # completes the deferred parent: flush it
+    assert t.deliver("p#img", "again") is None and t.releases == 1
+    t.forget_companion("p#neg")  # a delivered companion ends: the bundle keeps its output
+    assert t.bundles["p"].outputs == {"p#neg": "out1", "p#img": "out2"}
+    assert t.cleanup_parent("p") == ["p#neg", "p#img"] and len(t) == 0
+
+
+def test_tracker_companion_of_unknown_parent_is_an_error():
+    with pytest.raises(KeyError, match="unregistered parent"):
+        Tracker().register_companion("x#neg", "x")
+
+
+def test_tracker_expired_parents_are_claimed_once():
+    t = Tracker()
+    for pid, timeout in (("a", 1.0), ("b", 2.0)):
+        t.register_parent(bundle(pid, timeout=timeout))
+        t.defer(pid, now=0.0)
+    assert t.next_deadline() == 1.0
+    assert t.pop_expired(1.5) == ["a"] and t.pop_expired(1.5) == []
+    assert t.next_deadline() == 2.0
+    t.cleanup_parent("b")
+    assert t.next_deadline() is None and t.pop_expired(10.0) == []
+    t.cleanup_parent("a")
+    assert len(t) == 0
+
+
+STAGES = """
+name: g
+stages:
+  - {id: 0, name: enc, kind: scripted}
+  - {id: 1, name: dit, kind: diffusion, inputs: [0], final_output: true, final_output_type: image}
+"""
+
+
+def cfg_host(settings, with_cfg=True):
+    extra = [("cfg", cfg_plugin)] if with_cfg else []
+    return PluginHost.create(settings, load_entry_points=False, extra_plugins=extra)
+
+
+def resolve(text, host):
+    return resolve_pipeline(PipelineConfig.from_yaml_text(text, source="<p>"), host)
+
+
+def test_section_is_validated_with_clear_errors(omni_settings):
+    host = cfg_host(omni_settings)
+    ok = resolve(STAGES + "cfg: {guidance_scale: 5, negative_prompt: dull, timeout_s: 2}\n", host)
+    section = ok.sections["cfg"]
+    assert isinstance(section, CfgSection) and section.guidance_scale == 5
+    bad = {
+        "cfg: {guidance_scale: -1}": "section 'cfg': field 'guidance_scale'",
+        "cfg: {timeout_s: .inf}": "section 'cfg': field 'timeout_s'",
+        "cfg: {bogus: 1}": "section 'cfg': field 'bogus': unknown field",
+        "cfg: {stage: nope}": "no stage named 'nope' (stages: enc, dit)",
+        "cfg: {stage: enc}": "guided stage 'enc' needs exactly one on_finish input",
+        "cfg: {branches: [{name: neg, prompt: a, scale: 1}]}": "branch names must be unique",
+    }
+    for text, message in bad.items():
+        with pytest.raises(ConfigError) as info:
+            resolve(STAGES + text + "\n", host)
+        assert message in str(info.value), text
+
+
+def test_core_rejects_the_section_without_the_plugin_naming_it(omni_settings):
+    with pytest.raises(ConfigError, match="<p>: field 'cfg': unknown field"):
+        resolve(STAGES + "cfg: {}\n", cfg_host(omni_settings, with_cfg=False))
+
+
+def test_requires_plugins_fails_at_start_up_when_disabled(monkeypatch, omni_settings):
+    from importlib import resources
+
+    from omni_core.engine.factory import create_engine
+
+    path = resources.files("omni_cfg.pipelines").joinpath("tiny-image-cfg.yaml")
+    monkeypatch.setenv("OMNI_DISABLE_PLUGINS", "cfg")
+    settings = OmniSettings()
+    host = PluginHost.create(settings)  # the installed entry points, minus the disabled one
+    assert host.pm.get_plugin("cfg") is None and "cfg" in host.pm.disabled
+    with pytest.raises(ConfigError) as info:
+        create_engine(str(path), settings=settings, plugins=host)
+    assert "field 'requires_plugins': plugin 'cfg' is not installed or disabled" in str(info.value)
+
+
+def test_auto_target_and_named_pipeline(omni_settings):
+    config = PipelineConfig.from_yaml_text(STAGES)
+    target = guided_target(config, None, strict=False)
+    assert (target.stage, target.source) == (1, 0)
+    unguided = PipelineConfig.from_yaml_text(STAGES.replace("kind: diffusion", "kind: scripted"))
+    assert guided_target(unguided, None, strict=False) is None
+    named = resolve_pipeline("tiny-image-cfg", cfg_host(omni_settings))
+    assert named.sections["cfg"].negative_prompt == "blurry, low quality"
+    assert named.config.requires_plugins == ["cfg"]
+
+
+def test_overrides_weights_and_errors():
+    section = CfgSection(guidance_scale=4.0, negative_prompt="n")
+    params = {0: SamplingParams(extra={"cfg": {"guidance_scale": 1.0}})}
+    options = request_options(section, params, "r")
+    assert options.weights() == (1.0, {"neg": 0.0})  # scale 1: the negative has no weight
+    assert (
+        request_options(section, {0: SamplingParams(extra={"cfg": {"enabled": False}})}, "r")
+        is None
+    )
+    with pytest.raises(CfgError, match="request 'r': invalid extra\\['cfg'\\]") as info:
+        request_options(section, {0: SamplingParams(extra={"cfg": {"scale": 2}})}, "r")
+    assert isinstance(info.value, OmniError)
+
+
+def test_installed_distribution_provides_entry_point_cfg():
+    eps = [ep for ep in md.entry_points(group="omni_core.plugins") if ep.name == "cfg"]
+    assert len(eps) == 1 and eps[0].value == "omni_cfg.plugin"
+    assert eps[0].dist.name == "omni-cfg"
+    host = PluginHost.create(OmniSettings(), load_entry_points=True)
+    info = host.pm.plugin_info["cfg"]
+    assert (info.distribution, info.builtin) == ("omni-cfg", False)
