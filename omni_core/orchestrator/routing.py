@@ -92,27 +92,24 @@ class RoutingMixin:
         finals = [s for s in self.order if stages[s].config.final_output]
         if modalities:
             finals = [s for s in finals if stages[s].config.final_output_type in modalities]
-        needed: set[int] = set()
-        todo = list(finals)
-        while todo:
-            sid = todo.pop()
-            if sid not in needed:
-                needed.add(sid)
-                todo.extend(e.stage for e in self.inputs[sid])
-        plan = (frozenset(needed), tuple(finals))
+        plan = (self._feeding(finals), tuple(finals))
         self._plans[key] = plan
         return plan
 
     def plan_until(self, stage_id: int) -> tuple[frozenset[int], tuple[int, ...]]:
         """(stages needed, final stages) of a run that ends at ``stage_id``."""
+        return self._feeding([stage_id]), (stage_id,)
+
+    def _feeding(self, stage_ids: list[int]) -> frozenset[int]:
+        """The given stages and every stage that feeds them."""
         needed: set[int] = set()
-        todo = [stage_id]
+        todo = list(stage_ids)
         while todo:
             sid = todo.pop()
             if sid not in needed:
                 needed.add(sid)
                 todo.extend(e.stage for e in self.inputs[sid])
-        return frozenset(needed), (stage_id,)
+        return frozenset(needed)
 
     def new_run(
         self,
