@@ -1,4 +1,4 @@
-"""``import omni_core``, ``omni --help`` and ``omni plugins list`` load neither vLLM nor torch,
+"""``import omni_core``, ``omni --help`` and ``omni plugins list`` load no vLLM, torch or Ray,
 with every installed plugin loaded too."""
 
 from __future__ import annotations
