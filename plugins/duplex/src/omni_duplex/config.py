@@ -1,0 +1,81 @@
+"""Configuration: the pipeline's ``duplex:`` section (server-owned) and a session's config
+(client-owned, changed by ``session.update``)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from omni_duplex.errors import DuplexError
+
+WIRE_SAMPLE_RATE = 24_000  # pcm16 on the Realtime wire
+
+
+class TurnDetection(BaseModel):
+    """Server VAD (energy based). ``threshold`` is the RMS level (float samples in [-1, 1]) a
+    20 ms frame must reach to count as speech."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["server_vad"] = "server_vad"
+    threshold: float = Field(default=0.02, gt=0.0, le=1.0)
+    prefix_padding_ms: int = Field(default=300, ge=0, le=5000)
+    silence_duration_ms: int = Field(default=500, ge=20, le=10_000)
+    min_speech_duration_ms: int = Field(default=100, ge=20, le=5000)
+    create_response: bool = True
+    interrupt_response: bool = True
+
+
+class SessionConfig(BaseModel):
+    """What a client may set. ``turn_detection=None``: the client commits turns itself."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    instructions: str = ""
+    output_modalities: list[Literal["text", "audio"]] = Field(
+        default_factory=lambda: ["audio"]  # type: ignore[arg-type]
+    )
+    turn_detection: TurnDetection | None = Field(default_factory=TurnDetection)
+    input_sample_rate_hz: int = Field(default=WIRE_SAMPLE_RATE, ge=8000, le=96_000)
+    max_output_tokens: int | None = Field(default=None, ge=1)
+
+    def public(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    def updated(self, changes: dict[str, Any]) -> SessionConfig:
+        """A new config with ``changes`` applied (``turn_detection`` fields merge)."""
+        data = self.model_dump()
+        for key, value in changes.items():
+            if key == "turn_detection" and isinstance(value, dict) and data.get(key) is not None:
+                data[key] = {**data[key], **value}
+            else:
+                data[key] = value
+        return parse_session_config(data)
+
+
+def parse_session_config(data: dict[str, Any] | None) -> SessionConfig:
+    try:
+        return SessionConfig.model_validate(data or {})
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'session'}: {err['msg']}"
+            for err in exc.errors()
+        )
+        raise DuplexError("invalid_session_config", problems) from None
+
+
+class DuplexSection(BaseModel):
+    """The pipeline's ``duplex:`` section: the model plug and server-side limits."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = "tiny-omni"
+    max_sessions: int = Field(default=16, ge=1)
+    max_pending_input_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    max_pending_turns: int = Field(default=4, ge=1)
+    idle_ttl_s: float | None = Field(default=300.0, gt=0)
+    disconnect_grace_s: float = Field(default=30.0, ge=0)
+    cleanup_retry_s: float = Field(default=1.0, gt=0)
+    detached_event_buffer: int = Field(default=1000, ge=0)
+    session_defaults: dict[str, Any] = Field(default_factory=dict)

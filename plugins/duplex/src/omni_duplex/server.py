@@ -1,0 +1,93 @@
+"""``/v1/realtime``: the WebSocket transport, mounted by ``omni serve`` through the route hook.
+
+Connect → a new session (``session.created`` first), or ``?session_id=…&generation=N`` to resume a
+detached one. A reader turns client events into commands; a writer pumps session events out. A
+disconnect detaches the session (``disconnect_grace_s`` to resume, then ``session.expired``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from typing import Any
+
+from fastapi import WebSocket
+
+from omni_duplex import realtime
+from omni_duplex.errors import DuplexError
+
+logger = logging.getLogger(__name__)
+
+
+def mount(app: Any, engine: Any) -> None:
+    """Add the route when the server's engine is a duplex engine (nothing otherwise)."""
+    from omni_duplex.engine import DuplexOmniEngine
+
+    if not isinstance(engine, DuplexOmniEngine):
+        return
+    api_key = getattr(engine.settings, "api_key", None)
+
+    @app.websocket("/v1/realtime")
+    async def realtime_ws(websocket: WebSocket) -> None:
+        await serve_socket(websocket, engine, api_key)
+
+
+async def serve_socket(websocket: Any, engine: Any, api_key: str | None) -> None:
+    from starlette.websockets import WebSocketDisconnect
+
+    if api_key and websocket.headers.get("authorization") != f"Bearer {api_key}":
+        await websocket.close(code=1008)
+        return
+    await websocket.accept()
+    query = websocket.query_params
+    try:
+        if query.get("session_id"):
+            session = await engine.resume_session(
+                query["session_id"], int(query.get("generation", "0"))
+            )
+        else:
+            session = await engine.open_session()
+    except (DuplexError, ValueError) as exc:
+        code = exc.code if isinstance(exc, DuplexError) else "invalid_argument"
+        retry = exc.retryable if isinstance(exc, DuplexError) else False
+        await websocket.send_text(json.dumps(realtime.error_event(code, str(exc), None, retry)))
+        await websocket.close(code=1013 if retry else 1008)
+        return
+
+    async def writer() -> None:
+        async for event in session.events():
+            await websocket.send_text(json.dumps(realtime.to_server_event(event)))
+
+    async def reader() -> None:
+        while True:
+            text = await websocket.receive_text()
+            try:
+                for command in realtime.commands_from_client(json.loads(text)):
+                    session.send(command)
+            except json.JSONDecodeError:
+                await websocket.send_text(
+                    json.dumps(realtime.error_event("invalid_event", "not JSON"))
+                )
+            except DuplexError as exc:
+                event = realtime.error_event(exc.code, exc.message, None, exc.retryable)
+                await websocket.send_text(json.dumps(event))
+
+    write = asyncio.ensure_future(writer())
+    read = asyncio.ensure_future(reader())
+    try:
+        done, _ = await asyncio.wait({write, read}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        write.cancel()
+        read.cancel()
+        await asyncio.gather(write, read, return_exceptions=True)
+    if write in done and write.exception() is None:  # the session ended: close the socket
+        with contextlib.suppress(Exception):
+            await websocket.close(code=1000)
+        return
+    if read in done and not isinstance(read.exception(), WebSocketDisconnect):
+        logger.warning("duplex socket of %s failed: %r", session.id, read.exception())
+    if not session.closed:  # the client went away: keep the session for a resume
+        with contextlib.suppress(DuplexError):
+            await session.detach()

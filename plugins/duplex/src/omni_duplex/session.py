@@ -1,0 +1,393 @@
+"""``SessionRunner``: one session, owned by one task on the orchestrator loop.
+
+Single writer: every change to the session happens in :meth:`SessionRunner.run`, one mailbox item
+at a time — client commands (in caller order), outputs of the session's stage requests, and close
+requests. A cancelled response ends with its ``response.done`` (status ``cancelled``) *before*
+the epoch advances; outputs of the old response are dropped afterwards (they no longer match the
+active response), so nothing of an old epoch is emitted after its terminal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from omni_duplex import protocol as P
+from omni_duplex.errors import DuplexError
+from omni_duplex.lease import Lease
+from omni_duplex.model import ResponseContext, UserTurn
+
+if TYPE_CHECKING:
+    from omni_core.outputs import OmniRequestOutput
+
+    from omni_duplex.config import SessionConfig
+    from omni_duplex.manager import SessionManager
+    from omni_duplex.vad import EnergyVad
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class _Output:
+    output: OmniRequestOutput
+
+
+@dataclass(slots=True)
+class _Close:
+    rpc_key: tuple[str, str] | None = None
+
+
+@dataclass(slots=True)
+class _Response:
+    id: str
+    run_id: str
+    item_id: str
+    epoch: int
+    text: list[str] = field(default_factory=list)
+    audio_bytes: int = 0
+    done: bool = False
+
+
+class _Sink:
+    """Stands in for a caller stream: the orchestrator delivers the session's stage outputs here
+    (on its own loop) and they join the mailbox behind earlier commands."""
+
+    __slots__ = ("loop", "runner")
+
+    def __init__(self, runner: SessionRunner) -> None:
+        self.runner = runner
+        self.loop = runner.manager.orch.loop
+
+    def push(self, item: Any) -> None:
+        if self.runner.state != "closed":
+            self.runner.mailbox.put_nowait(_Output(item))
+
+
+def _new_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:16]}"
+
+
+class SessionRunner:
+    def __init__(
+        self, manager: SessionManager, session_id: str, config: SessionConfig, stream: Any
+    ) -> None:
+        section = manager.section
+        self.manager = manager
+        self.orch = manager.orch
+        self.model = manager.model
+        self.id = session_id
+        self.config = config
+        self.stream = stream
+        self.state = "open"  # open -> closing -> closed
+        self.close_terminal = P.SESSION_CLOSED
+        self.close_reason = ""
+        self.cleanup_pending = False
+        self.terminal_sent = False
+        self.epoch = 0
+        now = time.monotonic()
+        self.lease = Lease(section.idle_ttl_s, section.disconnect_grace_s, now)
+        self.mailbox: asyncio.Queue[Any] = asyncio.Queue()
+        self.sink = _Sink(self)
+        self.pending_bytes = 0  # admitted appends not yet applied + uncommitted audio
+        self.queued_commits = 0
+        self.buffer: list[Any] = []  # float32 arrays at the model's input rate
+        self.buffer_bytes = 0
+        self.text_parts: list[str] = []
+        self.turns: list[UserTurn] = []  # committed, not yet answered
+        self.history: list[dict[str, Any]] = []
+        self.clock_ms = 0.0  # input audio received so far
+        self.speech_item: str | None = None
+        self.vad: EnergyVad | None = None
+        self.response: _Response | None = None
+        self.live_runs: set[str] = set()
+        self.submissions: dict[str, list[int]] = {}  # run id -> stage ids submitted
+        self._runs = 0
+        self.journal: deque[P.DuplexEvent] | None = None  # set while detached
+        self.task: asyncio.Task[Any] | None = None
+        self._make_vad()
+
+    # --- emission -----------------------------------------------------------------------------
+    def emit(self, kind: str, **data: Any) -> None:
+        if self.terminal_sent:
+            return
+        event = P.DuplexEvent(kind, self.id, self.epoch, data, time.monotonic())
+        if event.terminal:
+            self.terminal_sent = True
+        if self.journal is not None:
+            if not event.terminal:
+                self.journal.append(event)
+                return
+            # ended while detached: the last stream gets what it missed, then the terminal
+            for missed in self.journal:
+                self.orch.emitter.emit(self.stream, missed)
+            self.journal = None
+        self.orch.emitter.emit(self.stream, event)
+
+    def error(
+        self, code: str, message: str, *, retryable: bool = False, event_id: Any = None
+    ) -> None:
+        self.emit(P.ERROR, code=code, message=message, retryable=retryable, event_id=event_id)
+
+    def attach(self, stream: Any) -> None:
+        """A resumed transport: events missed while detached are replayed to it first."""
+        self.stream = stream
+        journal, self.journal = self.journal, None
+        for event in journal or ():
+            self.orch.emitter.emit(stream, event)
+
+    def detach(self) -> None:
+        if self.journal is None:
+            self.journal = deque(maxlen=self.manager.section.detached_event_buffer)
+
+    # --- the worker ---------------------------------------------------------------------------
+    async def run(self) -> None:
+        while True:
+            item = await self.mailbox.get()
+            try:
+                if isinstance(item, _Close):
+                    if await self._close(item):
+                        return
+                elif self.state != "open":
+                    continue  # closing: commands and outputs are dropped
+                elif isinstance(item, _Output):
+                    self._on_output(item.output)
+                else:
+                    await self._apply(item)
+            except DuplexError as exc:
+                event_id = getattr(item, "event_id", None)
+                self.error(exc.code, exc.message, retryable=exc.retryable, event_id=event_id)
+            except Exception as exc:
+                logger.exception("duplex session %s failed on %s", self.id, type(item).__name__)
+                self.error("internal_error", f"{type(exc).__name__}: {exc}")
+            finally:
+                self.orch.emitter.flush()
+
+    async def _apply(self, cmd: P.Command) -> None:
+        if isinstance(cmd, P.AppendAudio):
+            self.pending_bytes -= len(cmd.audio)
+            await self._append_audio(cmd)
+        elif isinstance(cmd, P.AppendText):
+            self.text_parts.append(cmd.text)
+        elif isinstance(cmd, P.Commit):
+            self.queued_commits -= 1
+            await self._commit(cmd.create_response, cmd.event_id)
+        elif isinstance(cmd, P.CreateResponse):
+            await self._create_response(cmd.event_id)
+        elif isinstance(cmd, P.CancelResponse):
+            if self.response is None:
+                raise DuplexError("response_cancel_not_active", "no response is in progress")
+            await self._cancel("client_cancelled")
+        elif isinstance(cmd, P.ClearInput):
+            self._clear_buffer()
+            self.text_parts.clear()
+            self._make_vad()
+            self.emit(P.INPUT_CLEARED)
+        elif isinstance(cmd, P.UpdateSession):
+            self.config = self.config.updated(cmd.session)
+            self._make_vad()
+            self.emit(P.SESSION_UPDATED, session=self.config.public())
+        else:
+            raise DuplexError("invalid_command", f"unknown command {type(cmd).__name__}")
+
+    # --- input --------------------------------------------------------------------------------
+    def _make_vad(self) -> None:
+        td = self.config.turn_detection
+        if td is None:
+            self.vad = None
+            return
+        from omni_duplex.vad import EnergyVad
+
+        self.vad = EnergyVad(
+            self.model.input_sample_rate,
+            threshold=td.threshold,
+            min_speech_duration_ms=td.min_speech_duration_ms,
+            silence_duration_ms=td.silence_duration_ms,
+            start_ms=round(self.clock_ms),
+        )
+        self.speech_item = None
+
+    async def _append_audio(self, cmd: P.AppendAudio) -> None:
+        from omni_duplex.audio import decode_pcm16, duration_ms, resample
+
+        samples = resample(
+            decode_pcm16(cmd.audio), cmd.sample_rate_hz, self.model.input_sample_rate
+        )
+        self.buffer.append(samples)
+        self.buffer_bytes += 2 * samples.size
+        self.pending_bytes += 2 * samples.size
+        self.clock_ms += duration_ms(samples.size, self.model.input_sample_rate)
+        if self.vad is None:
+            return
+        td = self.config.turn_detection
+        assert td is not None
+        for event in self.vad.feed(samples):
+            if event.kind == "started":
+                self.speech_item = _new_id("item")
+                self.emit(P.SPEECH_STARTED, audio_start_ms=event.audio_ms, item_id=self.speech_item)
+                if self.response is not None and td.interrupt_response:
+                    await self._cancel("turn_detected")
+            else:
+                self.emit(P.SPEECH_STOPPED, audio_end_ms=event.audio_ms, item_id=self.speech_item)
+                if len(self.turns) + self.queued_commits >= self.manager.section.max_pending_turns:
+                    self.error("input_backpressure", "too many committed turns", retryable=True)
+                    continue
+                await self._commit(td.create_response, None, self.speech_item)
+        if not self.vad.speaking:  # keep only the prefix padding before speech starts
+            self._trim(td.prefix_padding_ms)
+
+    def _trim(self, keep_ms: int) -> None:
+        import numpy as np
+
+        keep = self.model.input_sample_rate * keep_ms // 1000
+        if self.buffer_bytes // 2 <= keep:
+            return
+        tail = np.concatenate(self.buffer)[-keep:] if keep else np.zeros(0, dtype=np.float32)
+        self.pending_bytes -= self.buffer_bytes - 2 * tail.size
+        self.buffer, self.buffer_bytes = [tail], 2 * tail.size
+
+    def _clear_buffer(self) -> None:
+        self.pending_bytes -= self.buffer_bytes
+        self.buffer, self.buffer_bytes = [], 0
+
+    async def _commit(
+        self, create_response: bool, event_id: Any, item_id: str | None = None
+    ) -> None:
+        import numpy as np
+
+        from omni_duplex.audio import duration_ms
+
+        if not self.buffer_bytes and not self.text_parts:
+            raise DuplexError("input_audio_buffer_commit_empty", "nothing to commit")
+        audio = np.concatenate(self.buffer) if self.buffer_bytes else None
+        turn = UserTurn(
+            item_id or _new_id("item"),
+            audio,
+            " ".join(self.text_parts),
+            duration_ms(audio.size, self.model.input_sample_rate) if audio is not None else 0.0,
+        )
+        self._clear_buffer()
+        self.text_parts.clear()
+        self.turns.append(turn)
+        self.emit(P.INPUT_COMMITTED, item_id=turn.item_id, audio_ms=round(turn.audio_ms))
+        if create_response:
+            await self._create_response(event_id)
+
+    # --- responses ----------------------------------------------------------------------------
+    async def _create_response(self, event_id: Any) -> None:
+        if self.response is not None:
+            raise DuplexError(
+                "conversation_already_has_active_response", "a response is already in progress"
+            )
+        context = ResponseContext(
+            self.config,
+            list(self.turns),
+            list(self.history),
+            dict(self.manager.default_params),
+            {sid: s.name for sid, s in self.orch.pipeline.stages.items()},
+        )
+        plan = self.model.plan_response(context)
+        for turn in self.turns:
+            self.history.append({"role": "user", "item_id": turn.item_id, "text": turn.text})
+        self.turns.clear()
+        self._runs += 1
+        epoch = self.epoch
+        resp = _Response(
+            _new_id("resp"), f"{self.id}.e{epoch}.r{self._runs}", _new_id("item"), epoch
+        )
+        self.response = resp
+        self.emit(P.RESPONSE_CREATED, response_id=resp.id, item_id=resp.item_id)
+        try:
+            await self.orch.start_session_run(self, resp.run_id, plan)
+        except DuplexError as exc:
+            if self.response is resp:
+                self.error(exc.code, exc.message, retryable=exc.retryable, event_id=event_id)
+                self._finish(resp, "failed", exc.code)
+            return
+        if self.epoch != epoch or self.state != "open":  # re-check after the await
+            return
+
+    def _on_output(self, out: OmniRequestOutput) -> None:
+        resp = self.response
+        if resp is None or out.request_id != resp.run_id or resp.epoch != self.epoch:
+            return  # a cancelled or finished response's output: dropped
+        if out.error is not None:
+            self.error(
+                "stage_failed",
+                f"{out.stage_name}: {out.error.message}",
+                retryable=out.error.retryable,
+            )
+            self._finish(resp, "failed", out.error.type)
+            return
+        for delta in self.model.project(out):
+            if delta.kind == "text":
+                resp.text.append(delta.value)
+                self.emit(
+                    P.TEXT_DELTA, response_id=resp.id, item_id=resp.item_id, delta=delta.value
+                )
+            elif delta.kind == "audio":
+                resp.audio_bytes += len(delta.value)
+                self.emit(
+                    P.AUDIO_DELTA, response_id=resp.id, item_id=resp.item_id, audio=delta.value
+                )
+        if out.finished:
+            reason = out.finish_reason or "stop"
+            status = "cancelled" if reason in ("abort", "cancelled", "timeout") else "completed"
+            self._finish(resp, status, reason)
+
+    def _finish(self, resp: _Response, status: str, reason: str) -> None:
+        if resp.done:
+            return
+        resp.done = True
+        if self.response is resp:
+            self.response = None
+        text = "".join(resp.text)
+        audio_ms = round(resp.audio_bytes / 2 / 24)  # pcm16 at 24 kHz
+        self.history.append({"role": "assistant", "item_id": resp.item_id, "text": text})
+        self.emit(
+            P.RESPONSE_DONE,
+            response_id=resp.id,
+            item_id=resp.item_id,
+            status=status,
+            reason=reason,
+            text=text,
+            audio_ms=audio_ms,
+        )
+        self.lease.touch(time.monotonic())
+        self.manager.schedule(self)
+
+    async def _cancel(self, reason: str) -> None:
+        """Cancelled terminal first, then the epoch advances, then the stage requests abort."""
+        resp = self.response
+        assert resp is not None
+        self._finish(resp, "cancelled", reason)
+        self.epoch += 1
+        self.orch.emitter.flush()
+        if resp.run_id in self.live_runs and not await self.orch.abort_session_runs([resp.run_id]):
+            self.error("cancel_failed", "the stage requests could not be aborted", retryable=True)
+
+    # --- close --------------------------------------------------------------------------------
+    async def _close(self, item: _Close) -> bool:
+        """Cancel, clean up the stage requests, then emit the terminal. False: retry later."""
+        if self.response is not None:
+            self._finish(self.response, "cancelled", self.close_reason)
+            self.epoch += 1
+        self._clear_buffer()
+        self.turns.clear()
+        ok = True
+        if self.live_runs:
+            ok = await self.orch.abort_session_runs(sorted(self.live_runs))
+        if not ok or self.live_runs:
+            logger.warning("duplex session %s: stage cleanup failed; retrying", self.id)
+            self.manager.defer_cleanup(self)
+            self.manager.reply_ok(item.rpc_key, self)
+            return False
+        self.state = "closed"
+        self.emit(self.close_terminal, reason=self.close_reason)
+        self.manager.finalize(self)
+        self.manager.reply_ok(item.rpc_key, self)
+        return True
