@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from omni_core.kinds.vllm_kind import stage_log, thread_env
+from omni_core.kinds.worker_base import TorchStageEngine
 from omni_core.outputs import StageOutput
 from omni_core.stage.client import StageContext
 from omni_core.stage.process import ProcessStageClient
@@ -49,8 +50,8 @@ def make_diffusion_client(stage: Any, replica: int, context: StageContext) -> Pr
     )
 
 
-class DiffusionEngine:
-    step_delay_s = 0.0
+class DiffusionEngine(TorchStageEngine):
+    kind = "diffusion"
 
     def __init__(self, config: dict[str, Any]) -> None:
         import json
@@ -69,7 +70,6 @@ class DiffusionEngine:
         self.w = load_file(str(model / "model.safetensors"))
         self.plane = default_plane()
         self.samples: dict[str, dict[str, Any]] = {}
-        self.dead = False
 
     def add(self, request: Any) -> None:
         torch = self.torch
@@ -100,14 +100,6 @@ class DiffusionEngine:
     def abort(self, request_ids: list[str]) -> None:
         for rid in request_ids:
             self.samples.pop(rid, None)
-
-    def rpc(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if method in ("sleep", "wake_up", "pause_scheduler", "resume_scheduler"):
-            return {"ok": True, "method": method}
-        if method == "die":
-            self.dead = True
-            return {"dead": True}
-        raise NotImplementedError(f"diffusion has no RPC '{method}'")
 
     def has_work(self) -> bool:
         return bool(self.samples)

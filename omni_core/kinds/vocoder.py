@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from omni_core.kinds.vllm_kind import stage_log, thread_env
+from omni_core.kinds.worker_base import TorchStageEngine
 from omni_core.outputs import StageOutput
 from omni_core.stage.client import StageContext
 from omni_core.stage.process import ProcessStageClient
@@ -43,8 +44,8 @@ def make_vocoder_client(stage: Any, replica: int, context: StageContext) -> Proc
     )
 
 
-class VocoderEngine:
-    step_delay_s = 0.0
+class VocoderEngine(TorchStageEngine):
+    kind = "vocoder"
 
     def __init__(self, config: dict[str, Any]) -> None:
         import json
@@ -63,7 +64,6 @@ class VocoderEngine:
         self.freqs, self.amps = weights["freqs"], weights["amps"]
         self.plane = default_plane()
         self.requests: dict[str, dict[str, Any]] = {}
-        self.dead = False
 
     def add(self, request: Any) -> None:
         self.requests[request.request_id] = {
@@ -84,14 +84,6 @@ class VocoderEngine:
     def abort(self, request_ids: list[str]) -> None:
         for rid in request_ids:
             self.requests.pop(rid, None)
-
-    def rpc(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if method in ("sleep", "wake_up", "pause_scheduler", "resume_scheduler"):
-            return {"ok": True, "method": method}
-        if method == "die":
-            self.dead = True
-            return {"dead": True}
-        raise NotImplementedError(f"vocoder has no RPC '{method}'")
 
     def has_work(self) -> bool:
         return any(s["chunks"] or s["closed"] for s in self.requests.values())

@@ -68,13 +68,7 @@ class ScriptedStageClient(LocalStageClient):
 
     async def add_request(self, request: StageRequest) -> None:
         self._check_alive()
-        self.core.add(
-            request.request_id,
-            request.prompt,
-            request.params.max_tokens,
-            request.streaming_input,
-            request.params.extra.get("scripted"),
-        )
+        self.core.add_request(request)
         self._on_taken()
 
     async def add_input(self, request_id: str, prompt: Any, final: bool) -> None:

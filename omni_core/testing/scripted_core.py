@@ -108,6 +108,16 @@ class ScriptedCore:
         req.chunks.append(prompt_tokens(prompt))
         self.running[request_id] = req
 
+    def add_request(self, request: Any) -> None:
+        """Add a :class:`~omni_core.stage.client.StageRequest` (faults from its params)."""
+        self.add(
+            request.request_id,
+            request.prompt,
+            request.params.max_tokens,
+            request.streaming_input,
+            request.params.extra.get("scripted"),
+        )
+
     def add_input(self, request_id: str, prompt: Any, final: bool) -> None:
         req = self.running.get(request_id)
         if req is None:
@@ -240,13 +250,7 @@ class ScriptedWorkerEngine:
         return self.core.dead
 
     def add(self, request: Any) -> None:
-        self.core.add(
-            request.request_id,
-            request.prompt,
-            request.params.max_tokens,
-            request.streaming_input,
-            request.params.extra.get("scripted"),
-        )
+        self.core.add_request(request)
 
     def add_input(self, request_id: str, prompt: Any, final: bool) -> None:
         self.core.add_input(request_id, prompt, final)
