@@ -86,7 +86,8 @@ class RayStageClient:
         try:
             return await getattr(self.actor, method).remote(*args)
         except RayActorError as exc:
-            reason = "shut down" if self._closed else f"Ray actor died: {_first_line(exc)}"
+            detail = str(exc).strip()[-800:] if starting else _first_line(exc)
+            reason = "shut down" if self._closed else f"Ray actor died: {detail}"
             if not starting:
                 self._dead = self._dead or reason
             raise EngineDeadError(f"{self.label} is dead: {reason}") from None
