@@ -26,36 +26,41 @@ class DataPlane(Protocol):
     def take(self, handle: TensorHandle) -> Any: ...
 
 
+SHM_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else None
+
+
 class SharedMemoryDataPlane:
-    """``put`` copies an array into a new shared-memory block; ``take`` copies it out and frees
-    the block (each handle is taken exactly once, by its consumer)."""
+    """``put`` writes an array into a new shared-memory file (tmpfs ``/dev/shm``); ``take`` reads
+    it into a fresh array and removes the file (each handle is taken exactly once, by its
+    consumer). Plain files rather than ``multiprocessing.shared_memory``: no resource-tracker
+    round trips on the orchestrator's hot path, and no tracker in the producer to free a block
+    its consumer still needs."""
+
+    def __init__(self, directory: str | None = None) -> None:
+        import tempfile
+
+        self.directory = directory or SHM_DIR or tempfile.gettempdir()
 
     def put(self, array: Any) -> TensorHandle:
-        from multiprocessing import shared_memory
-
         import numpy as np
 
         array = np.ascontiguousarray(array)
         name = f"omni-{uuid.uuid4().hex[:16]}"
-        block = shared_memory.SharedMemory(name=name, create=True, size=max(1, array.nbytes))
-        try:
-            np.ndarray(array.shape, array.dtype, buffer=block.buf)[...] = array
-        finally:
-            block.close()
-        _untrack(name)
+        with open(os.path.join(self.directory, name), "xb") as f:
+            f.write(memoryview(array).cast("B"))
         return TensorHandle(name, tuple(array.shape), str(array.dtype))
 
     def take(self, handle: TensorHandle) -> Any:
-        from multiprocessing import shared_memory
-
         import numpy as np
 
-        block = shared_memory.SharedMemory(name=handle.name)
+        path = os.path.join(self.directory, handle.name)
+        array: Any = np.empty(handle.shape, dtype=handle.dtype)
         try:
-            return np.ndarray(handle.shape, handle.dtype, buffer=block.buf).copy()
+            with open(path, "rb") as f:
+                f.readinto(memoryview(array).cast("B"))
         finally:
-            block.close()
-            block.unlink()
+            os.unlink(path)
+        return array
 
 
 class RayDataPlane:
@@ -89,16 +94,6 @@ def default_plane() -> DataPlane:
 
 def plane_for(handle: TensorHandle, fallback: DataPlane) -> DataPlane:
     return RayDataPlane() if handle.ref is not None else fallback
-
-
-def _untrack(name: str) -> None:
-    """The consumer frees the block: stop the producer's resource tracker from doing it too."""
-    try:
-        from multiprocessing import resource_tracker
-
-        resource_tracker.unregister(f"/{name}", "shared_memory")
-    except Exception:  # pragma: no cover - best effort
-        pass
 
 
 def materialize(payload: Any, plane: DataPlane) -> Any:
