@@ -73,7 +73,12 @@ class VllmWorkerEngine:
             self.streamed[request.request_id] = state
             self._queue_chunk(request.request_id, state, request.prompt)
             return
-        self.engine.add_request(request.request_id, self.va.to_prompt(request.prompt), params)
+        self.engine.add_request(
+            request.request_id,
+            self.va.to_prompt(request.prompt),
+            params,
+            trace_headers=request.trace_context,
+        )
 
     def add_input(self, request_id: str, prompt: Any, final: bool) -> None:
         state = self.streamed.get(request_id)

@@ -162,6 +162,7 @@ class RoutingMixin:
             prompt=prompt,
             params=run.params[stage_id],
             streaming_input=streaming_input,
+            trace_context=run.tags.get("trace_context"),
         )
         sr.replica, sr.submitted, sr.t_submit = replica, True, time.monotonic()
         pool.bound[replica].add(run.run_id)

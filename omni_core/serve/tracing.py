@@ -42,8 +42,10 @@ class OmniTracing:
 
     def __init__(self, provider: Any) -> None:
         from opentelemetry import trace
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
         self._trace = trace
+        self._propagator = TraceContextTextMapPropagator()
         self.tracer = provider.get_tracer("omni_core")
         self._roots: dict[str, Any] = {}
         self._stages: dict[tuple[str, int], Any] = {}
@@ -58,6 +60,11 @@ class OmniTracing:
             },
         )
         self._roots[request_id] = span
+        run = orchestrator.runs.get(request_id)
+        if run is not None:  # carried into stage processes with every stage request
+            carrier: dict[str, str] = {}
+            self._propagator.inject(carrier, context=self._trace.set_span_in_context(span))
+            run.tags["trace_context"] = carrier
 
     @hookimpl
     def omni_stage_submitted(

@@ -20,12 +20,15 @@ class StageRequest(msgspec.Struct, kw_only=True):
 
     ``prompt`` is token ids, a string or a dict with multimodal parts. ``streaming_input`` says that
     more input will follow through :meth:`StageClient.add_input` (a ``stream`` edge).
+    ``trace_context``: W3C trace-context headers (``traceparent``...) of the request's span when
+    tracing is on, for engines that trace (vLLM takes them as ``trace_headers``).
     """
 
     request_id: str
     prompt: Any
     params: SamplingParams
     streaming_input: bool = False
+    trace_context: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)

@@ -20,12 +20,14 @@ def free_port() -> int:
 
 
 @contextmanager
-def running_server(pipeline, *, api_key=None, max_inflight=64, tracer_provider=None):
+def running_server(pipeline, *, api_key=None, max_inflight=64, tracer_provider=None, plugins=()):
     """An engine + server on loopback (a thread); yields (base_url, engine, metrics)."""
     settings = OmniSettings(shutdown_timeout_s=5)
     if isinstance(pipeline, str) and "\n" in pipeline:
         pipeline = PipelineConfig.from_yaml_text(pipeline)
     host = PluginHost.create(settings, load_entry_points=False)
+    for name, plugin in plugins:
+        host.register(plugin, name)
     engine, metrics = build(pipeline, settings, host, tracer_provider=tracer_provider)
     app = create_app(engine, metrics, api_key=api_key, max_inflight=max_inflight)
     port = free_port()

@@ -174,7 +174,11 @@ def test_tracing_spans_per_request_and_stage():
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    with running_server(PIPE, tracer_provider=provider) as (base, _, _):
+    seen: list = []
+    recording = PIPE.replace("name: voice, kind: scripted", "name: voice, kind: recording")
+    with running_server(
+        recording, tracer_provider=provider, plugins=[("recorder", recording_kind(seen))]
+    ) as (base, _, _):
         client_ = openai.OpenAI(base_url=f"{base}/v1", api_key="x", max_retries=0)
         client_.chat.completions.create(
             model="chat-test",
@@ -191,6 +195,36 @@ def test_tracing_spans_per_request_and_stage():
         for s in spans
         if s.name.startswith("omni.stage.")
     )
+    # the trace context travels with the stage request (into stage processes, vLLM's headers)
+    [context] = seen
+    assert context["traceparent"].split("-")[1] == f"{roots[0].context.trace_id:032x}"
+
+
+def recording_kind(seen: list):
+    import types
+
+    from omni_core import PLUGIN_API_VERSION, hookimpl
+    from omni_core.plugin.types import StageKind
+    from omni_core.testing.scripted import ScriptedStageClient
+    from omni_core.testing.scripted_core import ScriptedArgs
+
+    class Recording(ScriptedStageClient):
+        async def add_request(self, request):
+            seen.append(request.trace_context)
+            await super().add_request(request)
+
+    module = types.ModuleType("recorder")
+    module.OMNI_PLUGIN_API_VERSION = PLUGIN_API_VERSION
+
+    def make(stage, replica, context):
+        return Recording("rec", stage.name, ScriptedArgs.model_validate(stage.engine_args))
+
+    @hookimpl
+    def omni_register_stage_kinds():
+        return [StageKind("recording", make, ScriptedArgs)]
+
+    module.omni_register_stage_kinds = omni_register_stage_kinds
+    return module
 
 
 def test_embedded_engine_exposes_metrics_on_its_own_port(make_engine, omni_settings):
