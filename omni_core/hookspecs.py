@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from omni_core.outputs import ErrorInfo, StageOutput
     from omni_core.plugin.types import (
         Admission,
+        Benchmark,
         Bridge,
         CliGroup,
         ConfigSection,
@@ -110,6 +111,13 @@ def omni_register_cli_groups() -> Iterable[CliGroup]:
 @hookspec
 def omni_register_server_routes() -> Iterable[ServerRoute]:
     """Provide routes mounted by ``omni serve``. Fires when the server starts."""
+    return ()
+
+
+@hookspec
+def omni_register_benchmarks() -> Iterable[Benchmark]:
+    """Provide benchmarks run by ``omni bench NAME`` (only when named). Fires when ``omni bench``
+    runs. Merged; a name taken by a built-in benchmark or provided twice conflicts."""
     return ()
 
 

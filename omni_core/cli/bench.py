@@ -14,13 +14,17 @@ if TYPE_CHECKING:
 
 ALL = ("hop", "throughput", "idle", "scaling", "chaos", "vllm")
 DEFAULT = ("hop", "throughput", "idle", "scaling", "chaos")
+# Plugins add more through ``omni_register_benchmarks``; those run only when named (like vllm).
 
 
 def register(app: typer.Typer, state: CliState) -> None:
     @app.command("bench")
     def bench(
         names: Annotated[
-            list[str] | None, typer.Argument(help=f"Benchmarks to run: {', '.join(ALL)}.")
+            list[str] | None,
+            typer.Argument(
+                help=f"Benchmarks to run: {', '.join(ALL)}, and those plugins register."
+            ),
         ] = None,
         quick: Annotated[bool, typer.Option(help="About a second per benchmark.")] = False,
         requests: Annotated[int, typer.Option(help="chaos: requests to push.")] = 10_000,
@@ -32,14 +36,21 @@ def register(app: typer.Typer, state: CliState) -> None:
         Exits 1 only if a benchmark crashes or its correctness checks fail, never on a timing.
         """
         from omni_core.bench.orchestration import BENCHES, Row
+        from omni_core.cli.app import fail
+        from omni_core.errors import PluginConflictError, RequestError
 
         selected = list(names or DEFAULT)
-        unknown = [n for n in selected if n not in ALL]
+        try:
+            registered = state.host.benchmarks() if set(selected) - set(ALL) else {}
+        except Exception as exc:
+            raise fail(state, exc) from None
+        taken = sorted(set(registered) & set(ALL))
+        if taken:
+            raise fail(state, PluginConflictError(f"plugin benchmark(s) {taken} shadow built-ins"))
+        known = (*ALL, *sorted(registered))
+        unknown = [n for n in selected if n not in known]
         if unknown:
-            from omni_core.cli.app import fail
-            from omni_core.errors import RequestError
-
-            raise fail(state, RequestError(f"unknown benchmark(s) {unknown}; known: {ALL}"))
+            raise fail(state, RequestError(f"unknown benchmark(s) {unknown}; known: {known}"))
         if not state.debug:  # replica deaths and restarts are expected in chaos
             logging.getLogger("omni_core").setLevel(logging.ERROR)
         console = Console(width=160)
@@ -55,6 +66,8 @@ def register(app: typer.Typer, state: CliState) -> None:
                     from omni_core.bench.vllm import bench_vllm
 
                     rows.extend(bench_vllm(quick))
+                elif name in registered:
+                    rows.extend(registered[name].run(quick))
                 else:
                     rows.extend(BENCHES[name](quick))
             except Exception as exc:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from omni_core.errors import PluginConflictError, PluginError
 from omni_core.plugin.types import (
     Admission,
+    Benchmark,
     Bridge,
     CliGroup,
     ConfigSection,
@@ -140,6 +141,11 @@ class PluginHost:
         return [
             r for _, (_, r) in self._registered("omni_register_server_routes", ServerRoute).items()
         ]
+
+    def benchmarks(self) -> dict[str, Benchmark]:
+        return {
+            k: v for k, (_, v) in self._registered("omni_register_benchmarks", Benchmark).items()
+        }
 
     def hooks_of(self, plugin_name: str) -> list[str]:
         plugin = self.pm.get_plugin(plugin_name)

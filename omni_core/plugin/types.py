@@ -123,6 +123,22 @@ class ServerRoute:
 
 
 @dataclass(frozen=True, slots=True)
+class Benchmark:
+    """A benchmark run by ``omni bench NAME`` (only when named: it is never in the default set).
+
+    ``run(quick)`` returns the rows it measured (:class:`omni_core.bench.orchestration.Row`, each
+    with its same-run baseline where one makes sense) and raises on a failed correctness check.
+    """
+
+    name: str
+    run: Callable[[bool], Any]
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        _check_name("benchmark", self.name)
+
+
+@dataclass(frozen=True, slots=True)
 class Companion:
     """An extra internal request admitted beside a caller's request (hidden from the caller).
 

@@ -52,6 +52,9 @@ def create_app(
     model_id = engine.pipeline.config.name
     stages = engine.pipeline.stages
     offered = {s.config.final_output_type for s in stages.values() if s.config.final_output}
+    # An engine kind without a request API (``generate``) is served only by its plugins' routes.
+    answers_requests = callable(getattr(engine, "generate", None))
+    plugin_paths: list[str] = []
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
@@ -70,6 +73,15 @@ def create_app(
                 f"The model '{model}' does not exist (this server: '{model_id}')",
                 param="model",
                 code="model_not_found",
+            )
+        if not answers_requests:
+            where = ", ".join(plugin_paths) or "no other route"
+            raise ApiError(
+                400,
+                f"model '{model_id}' (engine '{engine.pipeline.config.engine}') does not answer "
+                f"single requests; this server offers it at: {where}",
+                param="model",
+                code="unsupported_endpoint",
             )
 
     @app.get("/v1/models")
@@ -150,8 +162,10 @@ def create_app(
     from omni_core.plugin.hooks import PluginHost
 
     host: PluginHost = engine.plugins
+    core_routes = len(app.routes)
     for route in host.server_routes():
         route.mount(app, engine)
+    plugin_paths.extend(sorted({getattr(r, "path", "") for r in app.routes[core_routes:]} - {""}))
     return app
 
 

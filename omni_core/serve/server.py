@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import signal
+import socket
 from collections.abc import Iterator
 from typing import Any
 
@@ -42,6 +43,11 @@ class _Server(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started:  # bound and accepting: whoever waits on this line may connect now
+            logger.warning("listening on http://%s:%d", self.config.host, self.config.port)
 
 
 def run_server(
