@@ -26,6 +26,14 @@ def talk_command(
     ] = "tiny-omni-duplex",
     fast: Annotated[bool, typer.Option("--fast", help="Stream faster than real time.")] = False,
     out: Annotated[Path, typer.Option("--out", help="Directory for the outputs.")] = Path("."),
+    max_output_tokens: Annotated[
+        int | None,
+        typer.Option("--max-output-tokens", help="Reply length limit (sent as session.update)."),
+    ] = None,
+    silence_ms: Annotated[
+        int | None,
+        typer.Option("--silence-ms", help="Server VAD: silence that ends a turn (ms)."),
+    ] = None,
 ) -> None:
     """Stream WAV into a session; write reply.wav and timeline.jsonl; print both paths."""
     import asyncio
@@ -38,8 +46,15 @@ def talk_command(
         typer.echo(f"error: {wav}: no such file", err=True)
         raise typer.Exit(2)
     target: object = Path(pipeline) if Path(pipeline).exists() else pipeline
+    session: dict[str, object] = {}
+    if max_output_tokens is not None:
+        session["max_output_tokens"] = max_output_tokens
+    if silence_ms is not None:
+        session["turn_detection"] = {"type": "server_vad", "silence_duration_ms": silence_ms}
     try:
-        reply, timeline = asyncio.run(talk(wav, out_dir=out, url=url, pipeline=target, fast=fast))
+        reply, timeline = asyncio.run(
+            talk(wav, out_dir=out, url=url, pipeline=target, fast=fast, session=session)
+        )
     except Exception as exc:
         raise typer.Exit(report_error(exc, debug=False)) from None
     typer.echo(str(reply))

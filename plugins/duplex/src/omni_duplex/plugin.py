@@ -10,7 +10,14 @@ from typing import TYPE_CHECKING, Any
 
 import pluggy
 from omni_core import hookimpl
-from omni_core.plugin.types import CliGroup, ConfigSection, EngineKind, PipelineSpec, ServerRoute
+from omni_core.plugin.types import (
+    Benchmark,
+    CliGroup,
+    ConfigSection,
+    EngineKind,
+    PipelineSpec,
+    ServerRoute,
+)
 
 if TYPE_CHECKING:
     from omni_core.config.pipeline import PipelineConfig
@@ -86,3 +93,18 @@ def omni_register_server_routes() -> Iterable[ServerRoute]:
     from omni_duplex.server import mount
 
     return [ServerRoute("duplex-realtime", mount, "OpenAI-Realtime-style WebSocket /v1/realtime")]
+
+
+def _bench_duplex(quick: bool) -> Any:
+    from omni_duplex.bench import bench_duplex
+
+    return bench_duplex(quick)
+
+
+@hookimpl
+def omni_register_benchmarks() -> Iterable[Benchmark]:
+    return [
+        Benchmark(
+            "duplex", _bench_duplex, "tiny-omni-duplex: barge-in latency, commit → first audio"
+        )
+    ]

@@ -88,8 +88,16 @@ class _Socket:
             return None
 
 
-async def converse(conn: Any, pcm: bytes, *, fast: bool, timeout_s: float) -> list[dict[str, Any]]:
-    """Stream ``pcm``; return the timeline (every server event with its time)."""
+async def converse(
+    conn: Any,
+    pcm: bytes,
+    *,
+    fast: bool,
+    timeout_s: float,
+    session: dict[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """Stream ``pcm`` (after a ``session.update`` with ``session``, if given); return the timeline
+    (every server event with its time)."""
     timeline: list[dict[str, Any]] = []
     start = time.monotonic()
     fenced = asyncio.Event()
@@ -119,6 +127,8 @@ async def converse(conn: Any, pcm: bytes, *, fast: bool, timeout_s: float) -> li
     audio = pcm + b"\x00" * (WIRE_SAMPLE_RATE * TRAILING_SILENCE_MS // 1000 * 2)
     try:
         async with asyncio.timeout(timeout_s):
+            if session:
+                await conn.send({"type": "session.update", "session": session})
             for i, offset in enumerate(range(0, len(audio), step)):
                 chunk = base64.b64encode(audio[offset : offset + step]).decode()
                 await conn.send({"type": "input_audio_buffer.append", "audio": chunk})
@@ -162,14 +172,18 @@ async def talk(
     fast: bool = False,
     engine: Any = None,
     timeout_s: float = 300.0,
+    session: dict[str, Any] | None = None,
 ) -> tuple[Path, Path]:
-    """Run one conversation; returns (reply.wav, timeline.jsonl)."""
+    """Run one conversation; returns (reply.wav, timeline.jsonl). ``session``: a Realtime
+    ``session`` object sent as ``session.update`` before the audio."""
     pcm = read_wav(wav)
     if url is not None:
         from websockets.asyncio.client import connect
 
         async with connect(url, max_size=None) as ws:
-            timeline = await converse(_Socket(ws), pcm, fast=fast, timeout_s=timeout_s)
+            timeline = await converse(
+                _Socket(ws), pcm, fast=fast, timeout_s=timeout_s, session=session
+            )
         return save(timeline, Path(out_dir))
     owned = engine is None
     if engine is None:
@@ -177,11 +191,13 @@ async def talk(
 
         engine = await create_engine_async(pipeline)
     try:
-        session = await engine.open_session()
+        handle = await engine.open_session()
         try:
-            timeline = await converse(_Inline(session), pcm, fast=fast, timeout_s=timeout_s)
+            timeline = await converse(
+                _Inline(handle), pcm, fast=fast, timeout_s=timeout_s, session=session
+            )
         finally:
-            await session.close()
+            await handle.close()
     finally:
         if owned:
             await asyncio.to_thread(engine.shutdown)
