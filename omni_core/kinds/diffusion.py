@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from omni_core.kinds.vllm_kind import stage_log, thread_env
+from omni_core.kinds.vllm_kind import engine_process_client
 from omni_core.kinds.worker_base import TorchStageEngine
 from omni_core.outputs import StageOutput
 from omni_core.stage.client import StageContext
@@ -42,12 +42,7 @@ def make_diffusion_client(stage: Any, replica: int, context: StageContext) -> Pr
         "model": resolve_model(args.model, context.settings.cache_dir),
         "args": args.model_dump(),
     }
-    return ProcessStageClient(
-        f"stage '{stage.name}' replica {replica}",
-        config,
-        env=thread_env(args.threads),
-        log_path=stage_log(context, stage.name, replica),
-    )
+    return engine_process_client(stage, replica, context, config, args.threads)
 
 
 class DiffusionEngine(TorchStageEngine):

@@ -59,6 +59,24 @@ def stage_log(context: StageContext, stage_name: str, replica: int) -> Path:
     return logs / f"{stage_name}-{replica}.log"
 
 
+def engine_process_client(
+    stage: Any,
+    replica: int,
+    context: StageContext,
+    config: dict[str, Any],
+    threads: int,
+    **options: Any,
+) -> ProcessStageClient:
+    """A process replica for an engine kind: pinned threads, stderr to the stage's log."""
+    return ProcessStageClient(
+        f"stage '{stage.name}' replica {replica}",
+        config,
+        env=thread_env(threads),
+        log_path=stage_log(context, stage.name, replica),
+        **options,
+    )
+
+
 def make_vllm_client(stage: Any, replica: int, context: StageContext) -> ProcessStageClient:
     from omni_core.models import resolve_model
 
@@ -72,11 +90,12 @@ def make_vllm_client(stage: Any, replica: int, context: StageContext) -> Process
         "args": args.model_dump(),
         "stage_name": stage.name,
     }
-    return ProcessStageClient(
-        f"stage '{stage.name}' replica {replica}",
+    return engine_process_client(
+        stage,
+        replica,
+        context,
         config,
-        env=thread_env(args.threads),
+        args.threads,
         start_timeout_s=args.start_timeout_s,
-        log_path=stage_log(context, stage.name, replica),
         preload=("omni_core.kinds.vllm_adapter",) if args.request_output_payload else (),
     )

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from omni_core.kinds.vllm_kind import stage_log, thread_env
+from omni_core.kinds.vllm_kind import engine_process_client
 from omni_core.kinds.worker_base import TorchStageEngine
 from omni_core.outputs import StageOutput
 from omni_core.stage.client import StageContext
@@ -36,12 +36,7 @@ def make_vocoder_client(stage: Any, replica: int, context: StageContext) -> Proc
         "model": resolve_model(args.model, context.settings.cache_dir),
         "threads": args.threads,
     }
-    return ProcessStageClient(
-        f"stage '{stage.name}' replica {replica}",
-        config,
-        env=thread_env(args.threads),
-        log_path=stage_log(context, stage.name, replica),
-    )
+    return engine_process_client(stage, replica, context, config, args.threads)
 
 
 class VocoderEngine(TorchStageEngine):

@@ -3,20 +3,8 @@ so a missing vLLM fails there instead of skipping."""
 
 from __future__ import annotations
 
-import importlib.util
-import os
+from tests.optional import require_installed
 
-import pytest
-
-HAVE_VLLM = importlib.util.find_spec("vllm") is not None
-
-
-def pytest_collection_modifyitems(config, items):
-    if HAVE_VLLM:
-        return
-    if os.environ.get("OMNI_REQUIRE_VLLM") == "1":
-        raise pytest.UsageError("OMNI_REQUIRE_VLLM=1 but vLLM is not installed (run ./setup.sh)")
-    skip = pytest.mark.skip(reason="vLLM not installed (run ./setup.sh)")
-    for item in items:
-        if "tests/kinds" in str(item.fspath):
-            item.add_marker(skip)
+pytest_collection_modifyitems = require_installed(
+    "vllm", "OMNI_REQUIRE_VLLM", "tests/kinds", "run ./setup.sh"
+)

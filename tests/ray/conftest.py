@@ -7,23 +7,15 @@ shutdown leaves it running and the state API can check their actors afterwards.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 
 import pytest
 
-HAVE_RAY = importlib.util.find_spec("ray") is not None
+from tests.optional import require_installed
 
-
-def pytest_collection_modifyitems(config, items):
-    if HAVE_RAY:
-        return
-    if os.environ.get("OMNI_REQUIRE_RAY") == "1":
-        raise pytest.UsageError("OMNI_REQUIRE_RAY=1 but Ray is not installed (run ./setup.sh)")
-    skip = pytest.mark.skip(reason="Ray not installed (pip install 'omni-core[ray]')")
-    for item in items:
-        if "tests/ray" in str(item.fspath):
-            item.add_marker(skip)
+pytest_collection_modifyitems = require_installed(
+    "ray", "OMNI_REQUIRE_RAY", "tests/ray", "pip install 'omni-core[ray]'"
+)
 
 
 @pytest.fixture(scope="session")
