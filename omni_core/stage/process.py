@@ -117,24 +117,24 @@ class ProcessStageClient(LocalStageClient):
         return f" (log {self.log_path}: " + " | ".join(tail) + ")"
 
     async def _read(self, reader: asyncio.StreamReader) -> None:
+        """Decode every complete frame each wake-up brings (one read, many frames)."""
+        buf = bytearray()
         try:
             while True:
-                (size,) = HEADER.unpack(await reader.readexactly(HEADER.size))
-                kind, *rest = pickle.loads(await reader.readexactly(size))
-                if kind == "out":
-                    for out in rest[0]:
-                        if out.payload is not None:
-                            out.payload = materialize(out.payload, self._plane)
-                        self._emit(out)
-                elif kind == "ack":
-                    call_id, ok, value = rest
-                    fut = self._calls.pop(call_id, None)
-                    if fut is not None and not fut.done():
-                        if ok:
-                            fut.set_result(value)
-                        else:
-                            fut.set_exception(_remote_error(*value))
-        except (asyncio.IncompleteReadError, ConnectionError, OSError):
+                data = await reader.read(1 << 20)
+                if not data:
+                    break
+                buf += data
+                offset = 0
+                while len(buf) - offset >= HEADER.size:
+                    (size,) = HEADER.unpack_from(buf, offset)
+                    end = offset + HEADER.size + size
+                    if len(buf) < end:
+                        break
+                    self._on_frame(pickle.loads(buf[offset + HEADER.size : end]))
+                    offset = end
+                del buf[:offset]
+        except (ConnectionError, OSError):
             pass
         code = self.proc.poll() if self.proc is not None else None
         reason = "shut down" if self._closed else f"process {self.pid} exited (code {code})"
@@ -143,6 +143,22 @@ class ProcessStageClient(LocalStageClient):
             if not fut.done():
                 fut.set_exception(EngineDeadError(f"{self.label} is dead: {reason}"))
         self._calls.clear()
+
+    def _on_frame(self, frame: tuple[Any, ...]) -> None:
+        kind, *rest = frame
+        if kind == "out":
+            for out in rest[0]:
+                if out.payload is not None:
+                    out.payload = materialize(out.payload, self._plane)
+                self._emit(out)
+        elif kind == "ack":
+            call_id, ok, value = rest
+            fut = self._calls.pop(call_id, None)
+            if fut is not None and not fut.done():
+                if ok:
+                    fut.set_result(value)
+                else:
+                    fut.set_exception(_remote_error(*value))
 
     def _send(self, *frame: Any) -> None:
         self._check_alive()
