@@ -26,6 +26,12 @@ if TYPE_CHECKING:
     from omni_core.plugin.manager import OmniPluginManager
 
 logger = logging.getLogger(__name__)
+OBSERVERS = (
+    "omni_request_admitted",
+    "omni_stage_submitted",
+    "omni_stage_output",
+    "omni_request_terminal",
+)
 T = TypeVar("T")
 
 
@@ -56,6 +62,11 @@ class PluginHost:
         self.has_output_interceptors = bool(pm.hook.omni_intercept_stage_output.get_hookimpls())
         self.has_forward_gates = bool(pm.hook.omni_forward_gate.get_hookimpls())
         self.has_admission = bool(pm.hook.omni_admit_request.get_hookimpls())
+        # Observers fire on every request (and every output): their impls, resolved once.
+        self._observers = {
+            name: list(reversed(getattr(pm.hook, name).get_hookimpls()))
+            for name in OBSERVERS
+        }
 
     @classmethod
     def create(cls, settings: OmniSettings | None = None, **kwargs: Any) -> PluginHost:
@@ -72,8 +83,7 @@ class PluginHost:
             yield impl.plugin_name, impl.function(**args)
 
     def _observe(self, hook_name: str, **kwargs: Any) -> None:
-        caller = getattr(self.pm.hook, hook_name)
-        for impl in reversed(caller.get_hookimpls()):
+        for impl in self._observers[hook_name]:
             try:
                 impl.function(**{name: kwargs[name] for name in impl.argnames})
             except Exception:
