@@ -64,8 +64,7 @@ class PluginHost:
         self.has_admission = bool(pm.hook.omni_admit_request.get_hookimpls())
         # Observers fire on every request (and every output): their impls, resolved once.
         self._observers = {
-            name: list(reversed(getattr(pm.hook, name).get_hookimpls()))
-            for name in OBSERVERS
+            name: list(reversed(getattr(pm.hook, name).get_hookimpls())) for name in OBSERVERS
         }
 
     @classmethod
