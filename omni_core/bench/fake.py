@@ -151,10 +151,16 @@ class FakeEngineClient:
             await self._ready.wait()
             self._ready.clear()
         batch, self._batch = self._batch, None
+        # Wake the engine thread once this batch has been routed (the next loop callback), not
+        # before: the wake-up is a futex syscall that would otherwise sit on every hop.
+        assert self._loop is not None
+        self._loop.call_soon(self._release)
+        return batch
+
+    def _release(self) -> None:
         with self._cond:
             self._taken = True
             self._cond.notify()
-        return batch
 
     def is_healthy(self) -> bool:
         return not self._closed
