@@ -9,7 +9,7 @@ from typing import Any
 
 from omni_core.engine.base import OmniEngineBase
 from omni_core.engine.channel import RequestStream
-from omni_core.errors import ConfigError, RequestError
+from omni_core.errors import RequestError
 from omni_core.messages import AddRequest
 from omni_core.orchestrator.base import OrchestratorBase
 from omni_core.orchestrator.turn import Orchestrator
@@ -19,17 +19,6 @@ from omni_core.sampling import SamplingParams
 
 class AsyncOmniEngine(OmniEngineBase):
     """``AsyncOmniEngine(pipeline)``: a YAML path, a registered pipeline name or a config."""
-
-    def _validate_deployment(self) -> None:
-        selected = self.pipeline.engine_class
-        if not issubclass(type(self), selected):
-            raise ConfigError(
-                [
-                    f"{self.pipeline.config.source}: field 'engine': pipeline "
-                    f"'{self.pipeline.config.name}' selects engine '{self.pipeline.config.engine}' "
-                    f"({selected.__name__}); build it with omni_core.create_engine()"
-                ]
-            )
 
     def _create_orchestrator(self, **kwargs: Any) -> OrchestratorBase:
         return Orchestrator(**kwargs)

@@ -51,6 +51,7 @@ class OmniEngineBase:
         self._id_prefix = f"omni-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self._ids = itertools.count()
         self.default_params = self._default_params()
+        self._check_engine_kind()
         self._validate_deployment()
         self.metrics_server: Any = None
         metrics = None
@@ -72,6 +73,18 @@ class OmniEngineBase:
     # --- seams ----------------------------------------------------------------------------------
     def _validate_deployment(self) -> None:
         """Check the pipeline before any stage starts (raise ConfigError). Default: nothing."""
+
+    def _check_engine_kind(self) -> None:
+        selected = self.pipeline.engine_class
+        if not issubclass(type(self), selected):
+            config = self.pipeline.config
+            raise ConfigError(
+                [
+                    f"{config.source}: field 'engine': pipeline '{config.name}' selects engine "
+                    f"'{config.engine}' ({selected.__name__}), not {type(self).__name__}; build it "
+                    "with omni_core.create_engine()"
+                ]
+            )
 
     def _create_orchestrator(self, **kwargs: Any) -> OrchestratorBase:
         """Build the orchestrator (called on the orchestrator thread after stages started)."""

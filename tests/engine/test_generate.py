@@ -144,6 +144,15 @@ def test_engine_kind_mismatch_is_a_config_error(omni_settings, plugin_host):
     bad = PipelineConfig.from_yaml_text(CHAIN + "engine: nope\n")
     with pytest.raises(ConfigError, match="unknown engine kind 'nope'"):
         AsyncOmniEngine(bad, settings=omni_settings, plugins=plugin_host)
+    from omni_core import OmniEngineBase
+
+    class OtherEngine(OmniEngineBase):
+        pass
+
+    with pytest.raises(
+        ConfigError, match="selects engine 'turn' \\(AsyncOmniEngine\\), not OtherEngine"
+    ):
+        OtherEngine(config, settings=omni_settings, plugins=plugin_host)
 
 
 async def test_request_queue_backpressure_still_serves_everyone(make_engine, omni_settings):

@@ -6,40 +6,19 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import socket
-import threading
 import time
 import wave
 from contextlib import contextmanager
 
-import uvicorn
 from duplex_helpers import pipeline, register, silence, tone
-from omni_core import OmniSettings, PluginHost
-from omni_core.serve.app import create_app
-from omni_core.serve.server import build
+from omni_core.testing.server import running_server
 from websockets.asyncio.client import connect
 
 
 @contextmanager
 def serving(pipe):
-    settings = OmniSettings(shutdown_timeout_s=5)
-    engine, metrics = build(pipe, settings, PluginHost.create(settings))
-    app = create_app(engine, metrics)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.01)
-    try:
-        yield f"ws://127.0.0.1:{port}/v1/realtime", engine
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        engine.shutdown()
+    with running_server(pipe, entry_points=True) as (base, engine, _):
+        yield base.replace("http://", "ws://") + "/v1/realtime", engine
 
 
 async def recv_until(ws, kind, seen=None, timeout=10.0):

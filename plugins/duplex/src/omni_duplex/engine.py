@@ -15,7 +15,7 @@ from typing import Any
 
 from omni_core.engine.base import OmniEngineBase
 from omni_core.engine.channel import RequestStream
-from omni_core.errors import ConfigError, EngineDeadError
+from omni_core.errors import EngineDeadError
 from omni_core.orchestrator.base import OrchestratorBase
 
 from omni_duplex.config import DuplexSection
@@ -40,15 +40,6 @@ class DuplexOmniEngine(OmniEngineBase):
     ``engine: duplex``."""
 
     def _validate_deployment(self) -> None:
-        selected = self.pipeline.engine_class
-        if not issubclass(type(self), selected):
-            raise ConfigError(
-                [
-                    f"{self.pipeline.config.source}: field 'engine': pipeline "
-                    f"'{self.pipeline.config.name}' selects engine '{self.pipeline.config.engine}' "
-                    f"({selected.__name__}), not the duplex engine"
-                ]
-            )
         section = self.pipeline.sections.get("duplex")
         self.duplex_config = section if isinstance(section, DuplexSection) else DuplexSection()
         self.model = load_model(self.plugins, self.pipeline, self.duplex_config)
