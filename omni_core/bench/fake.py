@@ -19,7 +19,7 @@ from omni_core.errors import EngineDeadError
 from omni_core.outputs import StageOutput
 from omni_core.plugin import PLUGIN_API_VERSION, hookimpl
 from omni_core.plugin.types import StageKind
-from omni_core.stage.client import StageContext, StageRequest
+from omni_core.stage.client import OutputSink, StageContext, StageRequest
 
 OMNI_PLUGIN_API_VERSION = PLUGIN_API_VERSION
 
@@ -56,6 +56,7 @@ class FakeEngineClient:
         self._ready: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
+        self._sink: OutputSink | None = None
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -113,9 +114,16 @@ class FakeEngineClient:
                 return
 
     def _deliver(self, batch: list[StageOutput]) -> None:
+        if self._sink is not None:  # routed right here; the engine may step again after it
+            self._sink.push(batch)
+            self._release()
+            return
         self._batch = batch
         assert self._ready is not None
         self._ready.set()
+
+    def set_output_sink(self, sink: OutputSink) -> None:
+        self._sink = sink
 
     # --- orchestrator loop --------------------------------------------------------------------
     async def add_request(self, request: StageRequest) -> None:

@@ -15,10 +15,11 @@ from typing import TYPE_CHECKING, Any
 from omni_core.errors import EngineDeadError, RpcError
 from omni_core.messages import AbortRequest, CollectiveRpc, EngineMessage, Shutdown
 from omni_core.orchestrator.emit import Emitter
+from omni_core.orchestrator.intake import ReplicaIntake
 from omni_core.orchestrator.routing import RoutingMixin
 from omni_core.orchestrator.state import ParentState, RunState
 from omni_core.outputs import AbortResult, ErrorInfo, StageOutput
-from omni_core.stage.client import CONTROL_METHODS
+from omni_core.stage.client import CONTROL_METHODS, PushingStageClient, StageClient
 
 if TYPE_CHECKING:
     from omni_core.config.resolve import ResolvedPipeline
@@ -32,7 +33,7 @@ Reply = Callable[[tuple[str, str], Any], None]
 
 
 class OrchestratorBase(RoutingMixin):
-    """Owns the request handler, one reader per replica, background tasks and shutdown.
+    """Owns the request handler, one reader (or intake) per replica, background tasks and shutdown.
 
     Seams (override in a subclass; call ``super()`` to keep plugin hooks firing):
     ``_dispatch_message``, ``_background_tasks``, ``_shutdown_extensions``, ``_on_stage_submitted``,
@@ -177,29 +178,53 @@ class OrchestratorBase(RoutingMixin):
     # replicas: readers, death, restart
     # ------------------------------------------------------------------------------------------
     def _start_reader(self, pool: StagePool, replica: int) -> None:
-        task = self.loop.create_task(
-            self._read_replica(pool, replica), name=f"omni-reader-{pool.stage_id}-{replica}"
-        )
-        self._readers[(pool.stage_id, replica)] = task
-
-    async def _read_replica(self, pool: StagePool, replica: int) -> None:
+        """Take a replica's outputs: through an intake if its client pushes, else a reader."""
         client = pool.client(replica)
         assert client is not None
+        label = f"omni-reader-{pool.stage_id}-{replica}"
+        if isinstance(client, PushingStageClient):
+            client.set_output_sink(
+                ReplicaIntake(
+                    lambda outputs: self._take_outputs(pool, replica, client, outputs),
+                    lambda error: self._take_death(pool, replica, client, error),
+                    self.spawn,
+                    self._fatal,
+                    label,
+                )
+            )
+            return
+        self._readers[(pool.stage_id, replica)] = self.loop.create_task(
+            self._read_replica(pool, replica, client), name=label
+        )
+
+    async def _read_replica(self, pool: StagePool, replica: int, client: StageClient) -> None:
         try:
             while True:
                 outputs = await client.get_outputs()
-                if pool.client(replica) is not client:
-                    return  # evicted meanwhile
-                await self._on_stage_outputs(pool.stage_id, replica, outputs)
-                self.emitter.flush()
+                await self._take_outputs(pool, replica, client, outputs)
         except asyncio.CancelledError:
             raise
         except EngineDeadError as exc:
-            if pool.client(replica) is client and not self._stop.is_set():
-                await self._on_replica_dead(pool, replica, exc)
-                self.emitter.flush()
+            await self._take_death(pool, replica, client, exc)
         except BaseException as exc:
             self._fatal(exc)
+
+    async def _take_outputs(
+        self, pool: StagePool, replica: int, client: StageClient, outputs: list[StageOutput]
+    ) -> None:
+        """Route one batch of a replica's outputs (unless it was evicted or we are stopping)."""
+        if pool.clients[replica] is not client or self._stop.is_set():
+            return
+        await self._on_stage_outputs(pool.stage.id, replica, outputs)
+        self.emitter.flush()
+
+    async def _take_death(
+        self, pool: StagePool, replica: int, client: StageClient, exc: EngineDeadError
+    ) -> None:
+        if pool.clients[replica] is not client or self._stop.is_set():
+            return
+        await self._on_replica_dead(pool, replica, exc)
+        self.emitter.flush()
 
     async def _on_replica_dead(self, pool: StagePool, replica: int, exc: BaseException) -> None:
         client, bound = pool.evict(replica)

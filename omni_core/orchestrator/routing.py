@@ -71,6 +71,7 @@ class RoutingMixin:
         self.order = [s.id for s in config.topological_order()]
         self.downstream: dict[int, list[tuple[int, InputEdge]]] = {sid: [] for sid in self.order}
         self.inputs: dict[int, list[InputEdge]] = {s.id: list(s.inputs) for s in config.stages}
+        self.fan_in = {sid: tuple(e.stage for e in edges) for sid, edges in self.inputs.items()}
         for stage in config.stages:
             for edge in stage.inputs:
                 self.downstream[edge.stage].append((stage.id, edge))
@@ -291,7 +292,11 @@ class RoutingMixin:
         if tr.finished:
             return
         if edge.mode == "on_finish":
-            if out.finished and all(run.stages[e.stage].finished for e in self.inputs[target]):
+            if out.finished:
+                stages = run.stages
+                for sid in self.fan_in[target]:
+                    if not stages[sid].finished:
+                        return
                 await self.forward(run, target)
             return
         # stream edge: open the downstream request at the first chunk, feed the rest as it comes
@@ -330,7 +335,7 @@ class RoutingMixin:
         tr = run.stages[target]
         if tr.submitted or tr.finished or run.terminal:
             return
-        extra: list[Any] = []
+        sources: list[Any] = [run.stages[sid].result for sid in self.fan_in[target]]
         transforms: list[Any] = []
         if self.hooks.has_forward_gates:
             gates = self.hooks.forward_gates(run.run_id, target, self)
@@ -338,21 +343,20 @@ class RoutingMixin:
                 tr.deferred = True
                 return
             for gate in gates:
-                extra.extend(gate.extra_sources)
+                sources.extend(gate.extra_sources)
                 if gate.transform is not None:
                     transforms.append(gate.transform)
         tr.deferred = False
-        sources: list[Any] = [run.stages[e.stage].result for e in self.inputs[target]]
         stage = self.pipeline.stages[target]
         try:
-            prompt = stage.bridge([*sources, *extra], run.prompt, run.params[target])
+            prompt = stage.bridge(sources, run.prompt, run.params[target])
             for transform in transforms:
                 prompt = transform(prompt)
         except Exception as exc:
             if not await self._handle_forward_failure(run, target, exc):
                 await self.fail_run(run, target, ErrorInfo.from_exception(exc, status_code=400))
             return
-        if prompt is None or (isinstance(prompt, list | str) and not prompt):
+        if prompt is None or (not prompt and isinstance(prompt, (list, str))):
             await self._skip_stage(run, target)
             return
         await self.submit(run, target, prompt, streaming_input=False)

@@ -220,11 +220,15 @@ class PluginHost:
 
     # --- observers --------------------------------------------------------------------------------
     def request_admitted(self, request_id: str, orchestrator: Any) -> None:
+        if not self._observers["omni_request_admitted"]:  # nobody observes: no call, no kwargs
+            return
         self._observe("omni_request_admitted", request_id=request_id, orchestrator=orchestrator)
 
     def stage_submitted(
         self, request_id: str, stage_id: int, replica: int, orchestrator: Any
     ) -> None:
+        if not self._observers["omni_stage_submitted"]:
+            return
         self._observe(
             "omni_stage_submitted",
             request_id=request_id,
@@ -236,6 +240,8 @@ class PluginHost:
     def stage_output(
         self, request_id: str, stage_id: int, output: StageOutput, orchestrator: Any
     ) -> None:
+        if not self._observers["omni_stage_output"]:
+            return
         self._observe(
             "omni_stage_output",
             request_id=request_id,
@@ -247,6 +253,8 @@ class PluginHost:
     def request_terminal(
         self, request_id: str, finish_reason: str, error: ErrorInfo | None, orchestrator: Any
     ) -> None:
+        if not self._observers["omni_request_terminal"]:
+            return
         self._observe(
             "omni_request_terminal",
             request_id=request_id,

@@ -8,6 +8,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import msgspec
 
+from omni_core.errors import EngineDeadError
 from omni_core.outputs import StageOutput
 from omni_core.sampling import SamplingParams
 
@@ -67,3 +68,28 @@ class StageClient(Protocol):
     def is_healthy(self) -> bool: ...
 
     async def shutdown(self) -> None: ...
+
+
+class OutputSink(Protocol):
+    """Where a pushing client hands over its outputs (see :class:`PushingStageClient`)."""
+
+    def push(self, outputs: list[StageOutput]) -> None:
+        """Hand over a batch of outputs; it may be routed before this returns."""
+
+    def dead(self, error: EngineDeadError) -> None:
+        """Report that the replica died (what ``get_outputs`` would raise)."""
+
+
+@runtime_checkable
+class PushingStageClient(StageClient, Protocol):
+    """A client that can push its outputs instead of being read through ``get_outputs``.
+
+    The orchestrator calls ``set_output_sink`` once, before the first request, and then runs no
+    reader for the replica. The client calls ``sink.push(batch)`` with every ready output and
+    ``sink.dead(error)`` when the replica dies, on the orchestrator loop and from a callback of
+    its own (a ``call_soon`` callback, a protocol method, its own task) — never from inside a
+    call the orchestrator made into it, because a push may route right away. This saves the
+    reader's wake-up, one trip round the event loop per batch.
+    """
+
+    def set_output_sink(self, sink: OutputSink) -> None: ...

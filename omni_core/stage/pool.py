@@ -53,9 +53,12 @@ class StagePool:
 
     def pick(self, prefer: int | None = None) -> int | None:
         """A live replica: ``prefer`` if it is live, else the next one round-robin."""
-        if prefer is not None and self.clients[prefer] is not None:
+        clients = self.clients
+        if prefer is not None and clients[prefer] is not None:
             return prefer
-        n = len(self.clients)
+        n = len(clients)
+        if n == 1:
+            return 0 if clients[0] is not None else None
         for offset in range(n):
             idx = (self._next + offset) % n
             if self.clients[idx] is not None:

@@ -134,6 +134,8 @@ class ProcessStageClient(LocalStageClient):
                     self._on_frame(pickle.loads(buf[offset + HEADER.size : end]))
                     offset = end
                 del buf[:offset]
+                if self._outbox:  # everything this read brought, in one hand-over
+                    self._hand_over()
         except (ConnectionError, OSError):
             pass
         code = self.proc.poll() if self.proc is not None else None
@@ -150,7 +152,7 @@ class ProcessStageClient(LocalStageClient):
             for out in rest[0]:
                 if out.payload is not None:
                     out.payload = materialize(out.payload, self._plane)
-                self._emit(out)
+                self._outbox.append(out)
         elif kind == "ack":
             call_id, ok, value = rest
             fut = self._calls.pop(call_id, None)

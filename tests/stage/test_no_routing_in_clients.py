@@ -68,3 +68,13 @@ def test_stage_client_protocol_has_no_routing_surface():
         "is_healthy",
         "shutdown",
     }
+
+
+def test_pushing_clients_add_only_a_sink_which_only_takes_outputs_and_deaths():
+    from omni_core.stage.client import OutputSink, PushingStageClient, StageClient
+
+    def public(cls: type) -> set[str]:
+        return {n for n in dir(cls) if not n.startswith("_")}
+
+    assert public(PushingStageClient) - public(StageClient) == {"set_output_sink"}
+    assert public(OutputSink) == {"push", "dead"}

@@ -1,0 +1,117 @@
+"""Per-replica intake for stage clients that push their outputs (``set_output_sink``).
+
+A pulling client is read by a reader task: every batch wakes that task, one more trip round the
+event loop. A pushing client hands its batch to a :class:`ReplicaIntake` from a callback of its
+own, and the intake routes it right there, on the hand-off's stack. Routing is a coroutine that
+almost never suspends; when it does (an abort waiting for its acknowledgement, a forward to a busy
+transport) the rest of it finishes as a task, and later batches of the same replica queue behind
+it: outputs of one replica are routed in the order it produced them, as with a reader.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable, Coroutine, Generator
+from typing import Any
+
+from omni_core.errors import EngineDeadError
+from omni_core.outputs import StageOutput
+
+Routine = Coroutine[Any, Any, None]
+
+
+class _Resume:
+    """Awaiting it finishes ``coro``, whose first step already ran and yielded ``waiting``."""
+
+    __slots__ = ("coro", "waiting")
+
+    def __init__(self, coro: Routine, waiting: Any) -> None:
+        self.coro = coro
+        self.waiting = waiting
+
+    def __await__(self) -> Generator[Any, Any, None]:
+        coro, value = self.coro, self.waiting
+        while True:
+            try:
+                sent = yield value  # the awaiting task waits on what the coroutine waits on
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as exc:  # cancellation or the awaited future's error
+                try:
+                    value = coro.throw(exc)
+                except StopIteration:
+                    return
+            else:
+                try:
+                    value = coro.send(sent)
+                except StopIteration:
+                    return
+
+
+class ReplicaIntake:
+    """The :class:`~omni_core.stage.client.OutputSink` the orchestrator gives one pushing client.
+
+    ``route(outputs)`` and ``died(error)`` make the coroutines that route a batch or handle the
+    replica's death; ``spawn`` runs a coroutine as an orchestrator task; ``fatal`` receives an
+    unexpected exception (the orchestrator stops).
+    """
+
+    __slots__ = ("_died", "_fatal", "_queue", "_route", "_spawn", "label")
+
+    def __init__(
+        self,
+        route: Callable[[list[StageOutput]], Routine],
+        died: Callable[[EngineDeadError], Routine],
+        spawn: Callable[[Routine, str], asyncio.Task[Any]],
+        fatal: Callable[[BaseException], None],
+        label: str,
+    ) -> None:
+        self._route = route
+        self._died = died
+        self._spawn = spawn
+        self._fatal = fatal
+        self._queue: deque[Routine] | None = None  # set while a routing is suspended
+        self.label = label
+
+    def push(self, outputs: list[StageOutput]) -> None:
+        self._run(self._route(outputs))
+
+    def dead(self, error: EngineDeadError) -> None:
+        self._run(self._died(error))
+
+    def _run(self, coro: Routine) -> None:
+        if self._queue is not None:
+            self._queue.append(coro)
+            return
+        try:
+            waiting = coro.send(None)
+        except StopIteration:
+            return
+        except BaseException as exc:
+            self._fatal(exc)
+            return
+        self._queue = deque()
+        task = self._spawn(self._finish(coro, waiting), self.label)
+        task.add_done_callback(self._finished)
+
+    async def _finish(self, coro: Routine, waiting: Any) -> None:
+        try:
+            await _Resume(coro, waiting)
+            while self._queue:
+                await self._queue.popleft()
+        except BaseException:
+            self._drop()
+            raise
+        self._queue = None  # in the step that saw it empty: nothing can slip in between
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled() and self._queue is not None:  # cancelled before its first step
+            self._drop()
+
+    def _drop(self) -> None:
+        """The orchestrator is stopping (or crashed): what waited behind will never run."""
+        queue, self._queue = self._queue, None
+        for left in queue or ():
+            left.close()
