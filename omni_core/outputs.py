@@ -24,7 +24,7 @@ class ErrorInfo(msgspec.Struct, frozen=True, kw_only=True):
         )
 
 
-class StageOutput(msgspec.Struct, kw_only=True):
+class StageOutput(msgspec.Struct, kw_only=True, gc=False):
     """One output of a stage replica for one request: a delta, as a streaming engine emits it.
 
     ``token_ids`` and ``text`` are the *new* tokens/text. ``payload`` is the engine's own object
@@ -42,7 +42,7 @@ class StageOutput(msgspec.Struct, kw_only=True):
     error: ErrorInfo | None = None
 
 
-class StageResult(msgspec.Struct, kw_only=True):
+class StageResult(msgspec.Struct, kw_only=True, gc=False):
     """Everything one stage produced so far for one request; what bridges receive."""
 
     stage_id: int
@@ -68,7 +68,7 @@ class StageResult(msgspec.Struct, kw_only=True):
             self.finish_reason = out.finish_reason
 
 
-class OmniRequestOutput(msgspec.Struct, kw_only=True):
+class OmniRequestOutput(msgspec.Struct, kw_only=True, gc=False):
     """One output a caller receives from ``generate()``.
 
     ``finished`` is request-terminal: exactly one output per request has it set (or ``generate()``

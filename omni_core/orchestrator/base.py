@@ -58,12 +58,12 @@ class OrchestratorBase(RoutingMixin):
         self._reply = reply
         self.parents: dict[str, ParentState] = {}
         self.runs: dict[str, RunState] = {}
-        self.emitter = Emitter()
+        self.loop = asyncio.get_running_loop()
+        self.emitter = Emitter(self.loop)
         self._stop = asyncio.Event()
         self._crash: BaseException | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._readers: dict[tuple[int, int], asyncio.Task[None]] = {}
-        self.loop = asyncio.get_running_loop()
         self._init_routing()
 
     # ------------------------------------------------------------------------------------------
@@ -216,7 +216,7 @@ class OrchestratorBase(RoutingMixin):
         if pool.clients[replica] is not client or self._stop.is_set():
             return
         await self._on_stage_outputs(pool.stage.id, replica, outputs)
-        self.emitter.flush()
+        self.emitter.flush_soon()  # once per loop turn, however many replicas' batches it routed
 
     async def _take_death(
         self, pool: StagePool, replica: int, client: StageClient, exc: EngineDeadError

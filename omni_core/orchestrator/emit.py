@@ -1,4 +1,9 @@
-"""Batches outputs per destination event loop: one thread hand-off per loop per wake-up."""
+"""Batches outputs per destination event loop: one thread hand-off per loop per flush.
+
+``flush()`` hands everything emitted so far over now; ``flush_soon()`` does it once at the next
+turn of the orchestrator loop, so that the batches of several replicas routed in the same turn
+reach each caller loop in one hand-off (one wake-up of that loop, one syscall here).
+"""
 
 from __future__ import annotations
 
@@ -12,8 +17,10 @@ def _deliver(items: list[tuple[Any, Any]]) -> None:
 
 
 class Emitter:
-    def __init__(self) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
         self._pending: dict[int, tuple[asyncio.AbstractEventLoop, list[tuple[Any, Any]]]] = {}
+        self._loop = loop
+        self._flush_scheduled = False
 
     def emit(self, stream: Any, item: Any) -> None:
         if stream is None:
@@ -23,7 +30,18 @@ class Emitter:
             entry = self._pending[id(stream.loop)] = (stream.loop, [])
         entry[1].append((stream, item))
 
+    def flush_soon(self) -> None:
+        """Flush at the next loop turn (at once without an orchestrator loop)."""
+        if not self._pending or self._flush_scheduled:
+            return
+        if self._loop is None:
+            self.flush()
+            return
+        self._flush_scheduled = True
+        self._loop.call_soon(self.flush)
+
     def flush(self) -> None:
+        self._flush_scheduled = False
         if not self._pending:
             return
         pending, self._pending = self._pending, {}

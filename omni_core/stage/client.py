@@ -16,7 +16,7 @@ from omni_core.sampling import SamplingParams
 CONTROL_METHODS = frozenset({"sleep", "wake_up", "pause_scheduler", "resume_scheduler"})
 
 
-class StageRequest(msgspec.Struct, kw_only=True):
+class StageRequest(msgspec.Struct, kw_only=True, gc=False):
     """A request as one stage replica receives it.
 
     ``prompt`` is token ids, a string or a dict with multimodal parts. ``streaming_input`` says that
