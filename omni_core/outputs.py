@@ -30,6 +30,10 @@ class StageOutput(msgspec.Struct, kw_only=True, gc=False):
     ``token_ids`` and ``text`` are the *new* tokens/text. ``payload`` is the engine's own object
     (vLLM's ``RequestOutput``, an audio array, an image ...). ``error`` set means the request failed
     in this stage (request-scoped).
+
+    Like the other per-token structs here it is not tracked by the cyclic garbage collector
+    (``gc=False``: one output per token would otherwise drive most collections); nothing in
+    omni-core makes a reference cycle through one, and a payload must not either.
     """
 
     request_id: str
@@ -76,7 +80,8 @@ class OmniRequestOutput(msgspec.Struct, kw_only=True, gc=False):
     output of each final stage (``stop``, ``length``, ``abort``, ``timeout``, ``error``).
     ``text``/``token_ids`` are deltas, except on an abort output, which carries the whole
     generated prefix. ``whole_sample_retry`` marks the abort of a whole-output (diffusion-type)
-    stage: no partial result exists, the sample must be redone.
+    stage: no partial result exists, the sample must be redone. Not tracked by the cyclic garbage
+    collector (``gc=False``): do not build reference cycles through one.
     """
 
     request_id: str

@@ -37,6 +37,8 @@ class Probe:
     def __init__(self) -> None:
         self.handed: dict[tuple[str, int], int] = {}  # (request, stage) -> ns final output handed
         self.hops: list[int] = []
+        self.landed: dict[int, int] = {}  # stage -> ns its last batch landed on the loop
+        self.routing: list[int] = []  # ns from a batch landing to the next stage receiving
         self.bad_prompts = 0
 
 
@@ -114,6 +116,7 @@ class FakeEngineClient:
                 return
 
     def _deliver(self, batch: list[StageOutput]) -> None:
+        PROBE.landed[self.stage_id] = time.perf_counter_ns()
         if self._sink is not None:  # routed right here; the engine may step again after it
             self._sink.push(batch)
             self._release()
@@ -130,7 +133,9 @@ class FakeEngineClient:
         if self.stage_id > 0:
             before = PROBE.handed.pop((request.request_id, self.stage_id - 1), None)
             if before is not None:
-                PROBE.hops.append(time.perf_counter_ns() - before)
+                now = time.perf_counter_ns()
+                PROBE.hops.append(now - before)
+                PROBE.routing.append(now - PROBE.landed[self.stage_id - 1])
         expected = self.args.expect_prompt_len
         if expected is not None and len(request.prompt) != expected:
             PROBE.bad_prompts += 1

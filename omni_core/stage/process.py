@@ -61,6 +61,7 @@ class ProcessStageClient(LocalStageClient):
         self._calls: dict[int, asyncio.Future[Any]] = {}
         self._ids = itertools.count()
         self._plane = SharedMemoryDataPlane()
+        self.compute_s = 0.0  # seconds the worker's engine spent in step(), as it reports them
 
     def worker_spec(self) -> dict[str, Any]:
         """What another host (a Ray actor) needs to run this replica's worker engine."""
@@ -149,6 +150,7 @@ class ProcessStageClient(LocalStageClient):
     def _on_frame(self, frame: tuple[Any, ...]) -> None:
         kind, *rest = frame
         if kind == "out":
+            self.compute_s += rest[1]
             for out in rest[0]:
                 if out.payload is not None:
                     out.payload = materialize(out.payload, self._plane)

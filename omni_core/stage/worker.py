@@ -46,6 +46,7 @@ def serve(sock: socket.socket, engine: WorkerEngine) -> int:
     sel.register(sock, selectors.EVENT_READ)
     buf = b""
     next_step = 0.0
+    compute_s = 0.0
     while True:
         timeout = None
         if engine.has_work():
@@ -64,9 +65,12 @@ def serve(sock: socket.socket, engine: WorkerEngine) -> int:
                 handle(engine, frame, sock)
             continue
         if engine.has_work() and time.monotonic() >= next_step:
+            started = time.perf_counter()
             outs = engine.step()
-            if outs:
-                sock.sendall(encode(("out", outs)))
+            compute_s += time.perf_counter() - started
+            if outs:  # with the engine time of the steps since the last frame
+                sock.sendall(encode(("out", outs, compute_s)))
+                compute_s = 0.0
             if engine.dead:
                 os._exit(17)  # the replica dies abruptly (fault injection)
             next_step = time.monotonic() + engine.step_delay_s
