@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -47,14 +48,19 @@ class StageOutput(msgspec.Struct, kw_only=True, gc=False):
 
 
 class StageResult(msgspec.Struct, kw_only=True, gc=False):
-    """Everything one stage produced so far for one request; what bridges receive."""
+    """Everything one stage produced so far for one request; what bridges receive.
+
+    ``payloads`` and ``logprobs`` are sequences: an empty tuple until the stage produced one (most
+    stages never do, and a list per request and stage would be two more objects to allocate and
+    for the garbage collector to scan).
+    """
 
     stage_id: int
     stage_name: str
     token_ids: list[int] = msgspec.field(default_factory=list)
     text: str = ""
-    payloads: list[Any] = msgspec.field(default_factory=list)
-    logprobs: list[Any] = msgspec.field(default_factory=list)
+    payloads: Sequence[Any] = ()
+    logprobs: Sequence[Any] = ()
     finished: bool = False
     finish_reason: str | None = None
 
@@ -64,9 +70,15 @@ class StageResult(msgspec.Struct, kw_only=True, gc=False):
         if out.text:
             self.text += out.text
         if out.payload is not None:
-            self.payloads.append(out.payload)
+            if isinstance(self.payloads, list):
+                self.payloads.append(out.payload)
+            else:
+                self.payloads = [*self.payloads, out.payload]
         if out.logprobs:
-            self.logprobs.extend(out.logprobs)
+            if isinstance(self.logprobs, list):
+                self.logprobs.extend(out.logprobs)
+            else:
+                self.logprobs = [*self.logprobs, *out.logprobs]
         if out.finished:
             self.finished = True
             self.finish_reason = out.finish_reason

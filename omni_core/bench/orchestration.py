@@ -9,6 +9,7 @@ final-stage token reaches the caller as its own streamed output (checked: 16 per
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import statistics
 import threading
@@ -64,8 +65,10 @@ def pipeline(stages: int, replicas: int = 1) -> PipelineConfig:
     return PipelineConfig.from_dict({"name": f"bench-k{stages}", "stages": rows}, source="<bench>")
 
 
-def make_engine(stages: int, replicas: int = 1, uvloop: bool = False) -> AsyncOmniEngine:
-    settings = OmniSettings(uvloop=uvloop)
+def make_engine(
+    stages: int, replicas: int = 1, uvloop: bool = False, gc_threshold: int | None = None
+) -> AsyncOmniEngine:
+    settings = OmniSettings(uvloop=uvloop, gc_threshold=gc_threshold)
     host = PluginHost.create(settings, load_entry_points=False, extra_plugins=[("bench", fake)])
     return AsyncOmniEngine(pipeline(stages, replicas), settings=settings, plugins=host)
 
@@ -144,11 +147,18 @@ async def drive(engine: AsyncOmniEngine, concurrency: int, seconds: float) -> tu
 
 
 def measure(
-    stages: int, concurrency: int, seconds: float, replicas: int = 1, uvloop: bool = False
+    stages: int,
+    concurrency: int,
+    seconds: float,
+    replicas: int = 1,
+    uvloop: bool = False,
+    gc_threshold: int | None = None,
 ) -> tuple[float, float, list[int]]:
     """(routed outputs/s, orchestrator CPU µs per output, hops ns) for one configuration; the
-    routing part of each hop is left in ``fake.PROBE.routing``."""
-    engine = make_engine(stages, replicas, uvloop)
+    routing part of each hop is left in ``fake.PROBE.routing``. ``gc_threshold`` is the engine
+    setting (process-wide), undone afterwards."""
+    thresholds = gc.get_threshold()
+    engine = make_engine(stages, replicas, uvloop, gc_threshold)
     try:
         fake.PROBE.hops.clear()
         fake.PROBE.routing.clear()
@@ -168,6 +178,7 @@ def measure(
         return outputs / wall, cpu / outputs * 1e6, list(fake.PROBE.hops)
     finally:
         engine.shutdown()
+        gc.set_threshold(*thresholds)
 
 
 def pct(values: list[int], q: float) -> float:
@@ -287,40 +298,50 @@ def bench_idle(quick: bool) -> list[Row]:
     ]
 
 
+SERVING_GC_THRESHOLD = 50_000
+
+
 def bench_scaling(quick: bool) -> list[Row]:
+    """Cost per output as concurrency and replicas grow, each ÷ its smallest case. Once with
+    Python's default collector settings (the figures of record) and once with the engine setting
+    ``gc_threshold`` at its suggested serving value: the default's full collections rescan every
+    in-flight request's state, which is what grows with C."""
     rows = []
+    seconds = 0.5 if quick else 2.0
     cs = (64, 1024) if quick else (64, 256, 1024, 4096)
-    first = None
-    for c in cs:
-        _, cpu_us, _ = measure(3, c, 0.5 if quick else 2.0)
-        first = first or cpu_us
-        rows.append(
-            Row(
-                "scaling",
-                f"K=3 C={c}",
-                "orchestrator CPU/output",
-                cpu_us,
-                "µs",
-                first,
-                f"C={cs[0]}",
-            )
-        )
     reps = (1, 4) if quick else (1, 2, 4, 8)
-    first = None
-    for r in reps:
-        _, cpu_us, _ = measure(3, 256, 0.5 if quick else 2.0, replicas=r)
-        first = first or cpu_us
-        rows.append(
-            Row(
-                "scaling",
-                f"K=3 C=256 replicas={r}",
-                "orchestrator CPU/output",
-                cpu_us,
-                "µs",
-                first,
-                "replicas=1",
+    for gc_threshold in (None, SERVING_GC_THRESHOLD):
+        label = "" if gc_threshold is None else f" gc_threshold={gc_threshold}"
+        first = None
+        for c in cs:
+            _, cpu_us, _ = measure(3, c, seconds, gc_threshold=gc_threshold)
+            first = first or cpu_us
+            rows.append(
+                Row(
+                    "scaling",
+                    f"K=3 C={c}{label}",
+                    "orchestrator CPU/output",
+                    cpu_us,
+                    "µs",
+                    first,
+                    f"C={cs[0]}",
+                )
             )
-        )
+        first = None
+        for r in reps:
+            _, cpu_us, _ = measure(3, 256, seconds, replicas=r, gc_threshold=gc_threshold)
+            first = first or cpu_us
+            rows.append(
+                Row(
+                    "scaling",
+                    f"K=3 C=256 replicas={r}{label}",
+                    "orchestrator CPU/output",
+                    cpu_us,
+                    "µs",
+                    first,
+                    "replicas=1",
+                )
+            )
     return rows
 
 

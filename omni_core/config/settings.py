@@ -27,6 +27,13 @@ class OmniSettings(BaseSettings):
     grace_s: float = Field(default=10.0, ge=0, description="SIGTERM drain time for in-flight")
     metrics_port: int | None = None
     uvloop: bool = Field(default=False, description="run the orchestrator loop on uvloop")
+    gc_threshold: int | None = Field(
+        default=None,
+        ge=1,
+        description="process-wide generation-0 threshold of the garbage collector, set when an "
+        "engine starts (Python's default 700 makes full collections rescan every in-flight "
+        "request's state many times a second under load; 50000 is a good serving value)",
+    )
     cache_dir: Path = Field(default_factory=lambda: Path.home() / ".cache" / "omni-core")
 
     @field_validator("disable_plugins", mode="before")

@@ -119,9 +119,11 @@ class EngineRuntime:
             self._startup_error = exc
             self._started.set()
             return
-        self._started.set()
         if "torch" in sys.modules or "vllm" in sys.modules:
             gc.freeze()  # a big, long-lived heap: keep the collector off it (as vLLM's server)
+        if self.settings.gc_threshold is not None:
+            gc.set_threshold(self.settings.gc_threshold, *gc.get_threshold()[1:])
+        self._started.set()
         await self.orchestrator.run()
 
     # --- liveness -------------------------------------------------------------------------------

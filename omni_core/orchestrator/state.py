@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from omni_core.outputs import StageResult
 from omni_core.sampling import SamplingParams
 
 
-@dataclass(slots=True)
-class StageRun:
-    """One request in one stage."""
+class StageRun(msgspec.Struct, gc=False):
+    """One request in one stage. Not tracked by the cyclic GC: it holds no cycle, and three of
+    them per request would otherwise be promoted and rescanned by every full collection."""
 
     result: StageResult
     replica: int | None = None
@@ -50,7 +53,7 @@ class RunState:
     finals: tuple[int, ...]
     stages: dict[int, StageRun]
     companion_of: RunState | None = None
-    companions: list[RunState] = field(default_factory=list)
+    companions: Sequence[RunState] = ()  # a tuple until a plugin adds some
     finished_finals: set[int] = field(default_factory=set)
     terminal: bool = False
     tags: dict[str, Any] = field(default_factory=dict)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 
 import pytest
 
@@ -15,6 +16,7 @@ from omni_core import (
     SamplingParams,
     StartupError,
 )
+from omni_core.config.settings import OmniSettings
 from tests.helpers import CHAIN, by_stage, chain, collect, expected_tokens
 
 
@@ -160,3 +162,14 @@ async def test_request_queue_backpressure_still_serves_everyone(make_engine, omn
     engine = make_engine(CHAIN, settings=settings)
     results = await asyncio.gather(*(collect(engine, f"q{i}") for i in range(50)))
     assert all(sum(o.finished for o in outs) == 1 for outs in results)
+
+
+async def test_gc_threshold_setting_applies_when_the_engine_starts(make_engine, monkeypatch):
+    before = gc.get_threshold()
+    try:
+        monkeypatch.setenv("OMNI_GC_THRESHOLD", "54321")
+        engine = make_engine(CHAIN, settings=OmniSettings())
+        assert gc.get_threshold() == (54321, *before[1:])
+        assert len(await collect(engine, "x")) == 7
+    finally:
+        gc.set_threshold(*before)
