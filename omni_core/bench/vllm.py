@@ -101,7 +101,8 @@ def _tiny_omni(mode: str) -> PipelineConfig:
 
 
 def _stage_compute_s(engine: AsyncOmniEngine) -> float:
-    """Engine time all stage processes reported so far (their workers time every ``step()``)."""
+    """Engine time all stage processes reported so far (their workers time every ``step()`` and
+    every request or input they hand their engine)."""
     pools = engine._runtime.orchestrator.pools  # type: ignore[union-attr]
     return sum(getattr(c, "compute_s", 0.0) for p in pools.values() for c in p.clients)
 

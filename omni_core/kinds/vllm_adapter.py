@@ -49,8 +49,9 @@ def build_engine(model: str, **engine_args: Any) -> LLMEngine:
     return LLMEngine.from_engine_args(EngineArgs(model=model, **engine_args))
 
 
-def sampling_params(params: Any) -> VllmSamplingParams:
-    """Our :class:`~omni_core.sampling.SamplingParams` → vLLM's, streaming deltas."""
+def sampling_params(params: Any, final_only: bool = False) -> VllmSamplingParams:
+    """Our :class:`~omni_core.sampling.SamplingParams` → vLLM's: streaming deltas, or only the
+    finished output (all tokens at once) with ``final_only``."""
     extra = dict(params.extra.get("vllm", {}))
     return VllmSamplingParams(
         max_tokens=params.max_tokens,
@@ -59,7 +60,7 @@ def sampling_params(params: Any) -> VllmSamplingParams:
         seed=params.seed,
         stop=list(params.stop) or None,
         logprobs=params.logprobs,
-        output_kind=RequestOutputKind.DELTA,
+        output_kind=RequestOutputKind.FINAL_ONLY if final_only else RequestOutputKind.DELTA,
         **extra,
     )
 

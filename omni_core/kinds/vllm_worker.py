@@ -67,16 +67,18 @@ class VllmWorkerEngine:
 
     # --- commands ---------------------------------------------------------------------------
     def add(self, request: Any) -> None:
-        params = self.va.sampling_params(request.params)
         if request.streaming_input:
+            params = self.va.sampling_params(request.params)
             state = _Streamed(params)
             self.streamed[request.request_id] = state
             self._queue_chunk(request.request_id, state, request.prompt)
             return
+        # Nobody reads this stage's deltas before it finished: one output, at the end.
+        final_only = not request.stream_outputs
         self.engine.add_request(
             request.request_id,
             self.va.to_prompt(request.prompt),
-            params,
+            self.va.sampling_params(request.params, final_only=final_only),
             trace_headers=request.trace_context,
         )
 

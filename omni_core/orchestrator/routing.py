@@ -78,6 +78,11 @@ class RoutingMixin:
         self.stream_sources = frozenset(
             e.stage for s in config.stages for e in s.inputs if e.mode == "stream"
         )
+        # Stages whose every delta someone reads even when they are not the run's final stage:
+        # sources of stream edges, or all stages when a plugin observes or intercepts outputs.
+        hooks = self.hooks
+        watched = hooks.has_output_observers or hooks.has_output_interceptors
+        self.streamed_stages = frozenset(self.order) if watched else self.stream_sources
         self.stage_info = {
             sid: (st.name, st.config.final_output_type) for sid, st in self.pipeline.stages.items()
         }
@@ -164,6 +169,7 @@ class RoutingMixin:
             params=run.params[stage_id],
             streaming_input=streaming_input,
             trace_context=run.tags.get("trace_context"),
+            stream_outputs=stage_id in run.finals or stage_id in self.streamed_stages,
         )
         sr.replica, sr.submitted, sr.t_submit = replica, True, time.monotonic()
         pool.bound[replica].add(run.run_id)

@@ -23,6 +23,10 @@ class StageRequest(msgspec.Struct, kw_only=True, gc=False):
     more input will follow through :meth:`StageClient.add_input` (a ``stream`` edge).
     ``trace_context``: W3C trace-context headers (``traceparent``...) of the request's span when
     tracing is on, for engines that trace (vLLM takes them as ``trace_headers``).
+    ``stream_outputs`` False says that nothing downstream reads this stage's outputs before it
+    finished (it is not a final stage, feeds no ``stream`` edge, no plugin watches outputs): the
+    engine may hold its deltas back and send one finished output carrying all of them (the vLLM
+    kind then asks vLLM for the final output only). Engines that ignore it stay correct.
     """
 
     request_id: str
@@ -30,6 +34,7 @@ class StageRequest(msgspec.Struct, kw_only=True, gc=False):
     params: SamplingParams
     streaming_input: bool = False
     trace_context: dict[str, str] | None = None
+    stream_outputs: bool = True
 
 
 @dataclass(frozen=True)

@@ -61,7 +61,7 @@ class ProcessStageClient(LocalStageClient):
         self._calls: dict[int, asyncio.Future[Any]] = {}
         self._ids = itertools.count()
         self._plane = SharedMemoryDataPlane()
-        self.compute_s = 0.0  # seconds the worker's engine spent in step(), as it reports them
+        self.compute_s = 0.0  # engine time the worker reported (steps, requests and inputs)
 
     def worker_spec(self) -> dict[str, Any]:
         """What another host (a Ray actor) needs to run this replica's worker engine."""

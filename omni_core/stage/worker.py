@@ -62,13 +62,16 @@ def serve(sock: socket.socket, engine: WorkerEngine) -> int:
                     break
                 frame = pickle.loads(buf[HEADER.size : HEADER.size + size])
                 buf = buf[HEADER.size + size :]
+                started = time.perf_counter()
                 handle(engine, frame, sock)
+                if frame[0] in ("add", "input"):  # the engine's own input processing
+                    compute_s += time.perf_counter() - started
             continue
         if engine.has_work() and time.monotonic() >= next_step:
             started = time.perf_counter()
             outs = engine.step()
             compute_s += time.perf_counter() - started
-            if outs:  # with the engine time of the steps since the last frame
+            if outs:  # with the engine time since the last frame (steps, adds, inputs)
                 sock.sendall(encode(("out", outs, compute_s)))
                 compute_s = 0.0
             if engine.dead:

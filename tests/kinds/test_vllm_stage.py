@@ -10,6 +10,8 @@ import pytest
 
 from omni_core import AsyncOmniEngine, OmniSettings, PipelineConfig, RpcError
 from omni_core.plugin.hooks import PluginHost
+from omni_core.stage.process import ProcessStageClient
+from tests.helpers import expected_tokens
 
 PAIR = PipelineConfig.from_yaml_text("""
 name: vllm-pair
@@ -101,6 +103,46 @@ def test_same_seed_same_tokens(engine):
 
     a, b = asyncio.run(go())
     assert a == b and len(a) == 8
+
+
+NOT_STREAMED = PipelineConfig.from_yaml_text("""
+name: vllm-then-echo
+stages:
+  - {id: 0, name: llm, kind: vllm, engine_args: {model: tiny-thinker, max_model_len: 1024},
+     sampling_params: {max_tokens: 16, temperature: 0.8, seed: 3}}
+  - {id: 1, name: echo, kind: scripted, inputs: [0], engine_args: {num_tokens: 3}, final_output: true}
+""")
+
+
+def test_a_stage_whose_deltas_nobody_reads_sends_one_output_with_all_of_them(engine, monkeypatch):
+    params = {"llm": {"max_tokens": 16, "seed": 5, "extra": {"vllm": {"ignore_eos": True}}}}
+
+    async def tokens(eng):
+        return [t async for o in eng.generate("once", sampling_params=params) for t in o.token_ids]
+
+    streamed = asyncio.run(tokens(engine))  # the same stage, final: every delta streamed
+    frames: list[int] = []
+    on_frame = ProcessStageClient._on_frame
+
+    def counting(self, frame):
+        if frame[0] == "out":
+            frames.append(len(frame[1]))
+        on_frame(self, frame)
+
+    monkeypatch.setattr(ProcessStageClient, "_on_frame", counting)
+    settings = OmniSettings()
+    other = AsyncOmniEngine(
+        NOT_STREAMED,
+        settings=settings,
+        plugins=PluginHost.create(settings, load_entry_points=False),
+    )
+    try:
+        echoed = asyncio.run(tokens(other))
+    finally:
+        other.shutdown()
+    assert len(streamed) == 16
+    assert frames == [1]  # not 16: the engine was asked for the final output only
+    assert echoed == expected_tokens("echo", streamed, 3)  # ... and it carried every token
 
 
 def test_killing_a_replica_fails_only_its_requests(engine):

@@ -131,3 +131,46 @@ stages:
     assert len(outs) == 1
     assert outs[0].finished and outs[0].stage_name == "second" and outs[0].token_ids == []
     assert outs[0].finish_reason == "stop"
+
+
+def recording(monkeypatch) -> list[tuple[str, bool]]:
+    from omni_core.testing.scripted import ScriptedStageClient
+
+    seen: list[tuple[str, bool]] = []
+    original = ScriptedStageClient.add_request
+
+    async def add_request(self, request):
+        seen.append((self.core.name, request.stream_outputs))
+        await original(self, request)
+
+    monkeypatch.setattr(ScriptedStageClient, "add_request", add_request)
+    return seen
+
+
+async def test_only_stages_whose_deltas_are_read_are_asked_to_stream(make_engine, monkeypatch):
+    seen = recording(monkeypatch)
+    await collect(make_engine(CHAIN), "x")
+    # the talker is not final and feeds the vocoder on finish: its deltas are never read
+    assert seen == [("thinker", True), ("talker", False), ("vocoder", True)]
+    seen.clear()
+    streamed = CHAIN.replace("inputs: [1]", "inputs: [{stage: 1, mode: stream, chunk: 2}]")
+    await collect(make_engine(streamed), "x")
+    assert ("talker", True) in seen
+
+
+async def test_a_plugin_watching_outputs_gets_every_stage_streamed(
+    make_engine, monkeypatch, fake_entry_points
+):
+    import types
+
+    from omni_core import PLUGIN_API_VERSION, hookimpl
+
+    watcher = types.ModuleType("watcher")
+    watcher.OMNI_PLUGIN_API_VERSION = PLUGIN_API_VERSION
+    watched: list[int] = []
+    watcher.omni_stage_output = hookimpl(lambda stage_id: watched.append(stage_id))
+    fake_entry_points.add("watcher", watcher)
+    seen = recording(monkeypatch)
+    await collect(make_engine(CHAIN), "x")
+    assert seen == [("thinker", True), ("talker", True), ("vocoder", True)]
+    assert watched.count(1) == 6  # every talker delta reached the observer

@@ -1,4 +1,4 @@
-"""A process replica reports the engine time its worker spent in ``step()`` (what the vllm
+"""A process replica reports the engine time its worker spent in ``step()`` and ``add`` (what the vllm
 benchmark subtracts from time to first audio), not the time it waited between steps."""
 
 from __future__ import annotations
