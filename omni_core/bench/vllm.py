@@ -32,7 +32,13 @@ def _engine(config: PipelineConfig, settings: OmniSettings) -> AsyncOmniEngine:
     )
 
 
-async def _omni_workload(engine: AsyncOmniEngine, n: int, tokens: int) -> float:
+async def _omni_workload(engine: AsyncOmniEngine, n: int, tokens: int, runs: int = 1) -> float:
+    """Tokens/s of ``n`` concurrent requests of ``tokens`` tokens: the median of ``runs``."""
+    rates = [await _omni_run(engine, n, tokens) for _ in range(runs)]
+    return statistics.median(rates)
+
+
+async def _omni_run(engine: AsyncOmniEngine, n: int, tokens: int) -> float:
     params = SamplingParams(
         max_tokens=tokens, temperature=0.8, seed=1, extra={"vllm": {"ignore_eos": True}}
     )
@@ -53,7 +59,8 @@ async def _omni_workload(engine: AsyncOmniEngine, n: int, tokens: int) -> float:
     return n * tokens / wall
 
 
-async def _bare_workload(model: str, n: int, tokens: int) -> float:
+async def _bare_workload(model: str, n: int, tokens: int, runs: int = 1) -> float:
+    """The same workload on a bare vLLM ``AsyncLLM`` (median of ``runs`` on one engine)."""
     from omni_core.kinds import vllm_adapter as va
 
     llm = va.build_async_llm(model, enforce_eager=True, disable_log_stats=True, **ENGINE_ARGS)
@@ -69,24 +76,26 @@ async def _bare_workload(model: str, n: int, tokens: int) -> float:
         async for _ in llm.generate("warm up", warm, request_id="warm"):
             pass
 
-        async def one(i: int) -> int:
+        async def one(i: int, run: int) -> int:
             got = 0
-            async for out in llm.generate(f"request {i}", params, request_id=f"b{i}"):
+            async for out in llm.generate(f"request {i}", params, request_id=f"b{run}-{i}"):
                 got += len(out.outputs[0].token_ids)
             return got
 
-        start = time.perf_counter()
-        counts = await asyncio.gather(*(one(i) for i in range(n)))
-        wall = time.perf_counter() - start
+        rates = []
+        for run in range(runs):
+            start = time.perf_counter()
+            counts = await asyncio.gather(*(one(i, run) for i in range(n)))
+            rates.append(n * tokens / (time.perf_counter() - start))
+            if set(counts) != {tokens}:
+                raise CheckFailed(f"AsyncLLM requests produced {sorted(set(counts))} tokens")
     finally:
         llm.shutdown()
         llm = None  # collected now, while the loop lives (its __del__ fails at interpreter exit)
         import gc
 
         gc.collect()
-    if set(counts) != {tokens}:
-        raise CheckFailed(f"AsyncLLM requests produced {sorted(set(counts))} tokens")
-    return n * tokens / wall
+    return statistics.median(rates)
 
 
 def _tiny_omni(mode: str) -> PipelineConfig:
@@ -139,6 +148,7 @@ def bench_vllm(quick: bool) -> list[Row]:
     settings = OmniSettings()
     model = str(ensure_model("tiny-thinker", settings.cache_dir))
     n, tokens = (16, 16) if quick else (64, 32)
+    runs = 1 if quick else 3  # medians: one run of a few tenths of a second is noisy here
     one_stage = PipelineConfig.from_dict(
         {
             "name": "bench-vllm",
@@ -157,10 +167,10 @@ def bench_vllm(quick: bool) -> list[Row]:
     engine = _engine(one_stage, settings)
     try:
         asyncio.run(_omni_workload(engine, 4, 4))  # warm-up
-        omni_rate = asyncio.run(_omni_workload(engine, n, tokens))
+        omni_rate = asyncio.run(_omni_workload(engine, n, tokens, runs))
     finally:
         engine.shutdown()
-    bare_rate = asyncio.run(_bare_workload(model, n, tokens))
+    bare_rate = asyncio.run(_bare_workload(model, n, tokens, runs))
     rows = [
         Row("vllm", f"{n}x{tokens} tokens", "bare AsyncLLM", bare_rate, "tok/s"),
         Row(

@@ -56,8 +56,7 @@ class ProcessStageClient(LocalStageClient):
         self.log_path = log_path
         self._preload = preload
         self.proc: subprocess.Popen[bytes] | None = None
-        self._writer: asyncio.StreamWriter | None = None
-        self._reader_task: asyncio.Task[None] | None = None
+        self._transport: asyncio.Transport | None = None
         self._calls: dict[int, asyncio.Future[Any]] = {}
         self._ids = itertools.count()
         self._plane = SharedMemoryDataPlane()
@@ -99,8 +98,8 @@ class ProcessStageClient(LocalStageClient):
         child.close()
         if log is not None:
             log.close()
-        reader, self._writer = await asyncio.open_connection(sock=parent)
-        self._reader_task = asyncio.get_running_loop().create_task(self._read(reader))
+        loop = asyncio.get_running_loop()
+        self._transport, _ = await loop.create_connection(lambda: _FrameReader(self), sock=parent)
         for module in self._preload:  # payload types, imported while the worker starts
             await asyncio.to_thread(importlib.import_module, module)
         try:
@@ -117,28 +116,23 @@ class ProcessStageClient(LocalStageClient):
         tail = self.log_path.read_text(errors="replace").strip().splitlines()[-lines:]
         return f" (log {self.log_path}: " + " | ".join(tail) + ")"
 
-    async def _read(self, reader: asyncio.StreamReader) -> None:
-        """Decode every complete frame each wake-up brings (one read, many frames)."""
-        buf = bytearray()
-        try:
-            while True:
-                data = await reader.read(1 << 20)
-                if not data:
-                    break
-                buf += data
-                offset = 0
-                while len(buf) - offset >= HEADER.size:
-                    (size,) = HEADER.unpack_from(buf, offset)
-                    end = offset + HEADER.size + size
-                    if len(buf) < end:
-                        break
-                    self._on_frame(pickle.loads(buf[offset + HEADER.size : end]))
-                    offset = end
-                del buf[:offset]
-                if self._outbox:  # everything this read brought, in one hand-over
-                    self._hand_over()
-        except (ConnectionError, OSError):
-            pass
+    def _frames(self, buf: bytearray) -> None:
+        """Decode every complete frame in ``buf`` (consumed), then hand the outputs over at once:
+        called from the socket's ``data_received``, so no task wakes per read."""
+        offset = 0
+        while len(buf) - offset >= HEADER.size:
+            (size,) = HEADER.unpack_from(buf, offset)
+            end = offset + HEADER.size + size
+            if len(buf) < end:
+                break
+            self._on_frame(pickle.loads(buf[offset + HEADER.size : end]))
+            offset = end
+        del buf[:offset]
+        if self._outbox:
+            self._hand_over()
+
+    def _lost(self) -> None:
+        """The socket closed: the worker exited (or we shut it down)."""
         code = self.proc.poll() if self.proc is not None else None
         reason = "shut down" if self._closed else f"process {self.pid} exited (code {code})"
         self._die(reason)
@@ -166,8 +160,8 @@ class ProcessStageClient(LocalStageClient):
 
     def _send(self, *frame: Any) -> None:
         self._check_alive()
-        assert self._writer is not None
-        self._writer.write(encode(frame))
+        assert self._transport is not None
+        self._transport.write(encode(frame))
 
     async def _call(self, method: str, *args: Any) -> Any:
         call_id = next(self._ids)
@@ -192,22 +186,35 @@ class ProcessStageClient(LocalStageClient):
 
     async def shutdown(self) -> None:
         self._closed = True
-        if self._writer is not None:
-            self._writer.close()
+        if self._transport is not None:
+            self._transport.close()
         if self.proc is not None and self.proc.poll() is None:
             try:
                 await asyncio.wait_for(asyncio.to_thread(self.proc.wait), timeout=5.0)
             except TimeoutError:
                 self.kill()
                 await asyncio.to_thread(self.proc.wait)
-        if self._reader_task is not None:
-            self._reader_task.cancel()
         await super().shutdown()
 
     def kill(self) -> None:
         """SIGKILL the worker (tests of replica death; last resort at shutdown)."""
         if self.proc is not None and self.proc.poll() is None:
             os.kill(self.proc.pid, signal.SIGKILL)
+
+
+class _FrameReader(asyncio.Protocol):
+    """The parent end of the worker's socket: bytes in, frames decoded where they land."""
+
+    def __init__(self, client: ProcessStageClient) -> None:
+        self.client = client
+        self.buf = bytearray()
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        self.client._frames(self.buf)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.client._lost()
 
 
 def _remote_error(type_name: str, message: str) -> Exception:
