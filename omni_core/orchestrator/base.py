@@ -65,6 +65,8 @@ class OrchestratorBase(RoutingMixin):
         self._tasks: set[asyncio.Task[Any]] = set()
         self._readers: dict[tuple[int, int], asyncio.Task[None]] = {}
         self._init_routing()
+        if type(self)._intercept_stage_output is not OrchestratorBase._intercept_stage_output:
+            self.streamed_stages = frozenset(self.order)  # a subclass looks at every output
 
     # ------------------------------------------------------------------------------------------
     # the loop

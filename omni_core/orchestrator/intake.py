@@ -6,6 +6,10 @@ own, and the intake routes it right there, on the hand-off's stack. Routing is a
 almost never suspends; when it does (an abort waiting for its acknowledgement, a forward to a busy
 transport) the rest of it finishes as a task, and later batches of the same replica queue behind
 it: outputs of one replica are routed in the order it produced them, as with a reader.
+
+The first step of a routing runs in the pushing callback, outside any task: seams and hooks on
+that path must not need ``asyncio.current_task()`` (``asyncio.timeout()`` does; ``wait_for``
+does not), or must move such work into a task of their own.
 """
 
 from __future__ import annotations
@@ -58,7 +62,7 @@ class ReplicaIntake:
     unexpected exception (the orchestrator stops).
     """
 
-    __slots__ = ("_died", "_fatal", "_queue", "_route", "_spawn", "label")
+    __slots__ = ("_died", "_fatal", "_queue", "_route", "_spawn", "_task", "label")
 
     def __init__(
         self,
@@ -73,6 +77,7 @@ class ReplicaIntake:
         self._spawn = spawn
         self._fatal = fatal
         self._queue: deque[Routine] | None = None  # set while a routing is suspended
+        self._task: asyncio.Task[None] | None = None  # the task finishing it
         self.label = label
 
     def push(self, outputs: list[StageOutput]) -> None:
@@ -93,21 +98,29 @@ class ReplicaIntake:
             self._fatal(exc)
             return
         self._queue = deque()
-        task = self._spawn(self._finish(coro, waiting), self.label)
-        task.add_done_callback(self._finished)
+        self._task = self._spawn(self._finish(coro, waiting), self.label)
+        self._task.add_done_callback(self._finished)
 
     async def _finish(self, coro: Routine, waiting: Any) -> None:
         try:
             await _Resume(coro, waiting)
             while self._queue:
                 await self._queue.popleft()
+        except asyncio.CancelledError:
+            self._drop()
+            # The orchestrator stopping cancels it (then this is ignored); anything else means
+            # a routing was cancelled from inside: outputs would be lost, so it is fatal.
+            self._fatal(RuntimeError(f"{self.label}: a routing was cancelled"))
+            raise
         except BaseException:
             self._drop()
             raise
         self._queue = None  # in the step that saw it empty: nothing can slip in between
+        self._task = None
 
     def _finished(self, task: asyncio.Task[None]) -> None:
-        if task.cancelled() and self._queue is not None:  # cancelled before its first step
+        if task is self._task:  # cancelled before its first step: _finish never ran
+            self._task = None
             self._drop()
 
     def _drop(self) -> None:

@@ -362,7 +362,7 @@ class RoutingMixin:
             if not await self._handle_forward_failure(run, target, exc):
                 await self.fail_run(run, target, ErrorInfo.from_exception(exc, status_code=400))
             return
-        if prompt is None or (not prompt and isinstance(prompt, (list, str))):
+        if prompt is None or (isinstance(prompt, (list, str)) and not prompt):
             await self._skip_stage(run, target)
             return
         await self.submit(run, target, prompt, streaming_input=False)
@@ -398,6 +398,8 @@ class RoutingMixin:
         for run_id in sorted(parent.live):
             self._collect_runs(self.runs[run_id], victims)
         await self._physical_abort(list(victims.values()))
+        if not parent.live:
+            return  # it reached its terminal (finished, aborted, failed) while the abort ran
         stage = self.pipeline.stages[stage_id]
         for victim in victims.values():
             if not victim.terminal:

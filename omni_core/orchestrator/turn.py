@@ -127,7 +127,8 @@ class Orchestrator(OrchestratorBase):
                 companion.companion_of = run
                 companion.tags.update(spec.metadata)
                 made.append(companion)
-        run.companions = made
+        if made:
+            run.companions = made
         return made
 
     def _reject(self, parent: ParentState, finals: tuple[int, ...], error: ErrorInfo) -> None:

@@ -57,6 +57,7 @@ class ProcessStageClient(LocalStageClient):
         self._preload = preload
         self.proc: subprocess.Popen[bytes] | None = None
         self._transport: asyncio.Transport | None = None
+        self._corruption: str | None = None
         self._calls: dict[int, asyncio.Future[Any]] = {}
         self._ids = itertools.count()
         self._plane = SharedMemoryDataPlane()
@@ -131,10 +132,18 @@ class ProcessStageClient(LocalStageClient):
         if self._outbox:
             self._hand_over()
 
+    def _corrupt(self, exc: Exception) -> None:
+        self._corruption = f"undecodable frame from process {self.pid}: {type(exc).__name__}: {exc}"
+        if self._transport is not None:
+            self._transport.close()  # connection_lost follows, with this reason
+        self.kill()
+
     def _lost(self) -> None:
         """The socket closed: the worker exited (or we shut it down)."""
         code = self.proc.poll() if self.proc is not None else None
         reason = "shut down" if self._closed else f"process {self.pid} exited (code {code})"
+        if self._corruption is not None:
+            reason = self._corruption
         self._die(reason)
         for fut in self._calls.values():
             if not fut.done():
@@ -211,7 +220,10 @@ class _FrameReader(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.buf += data
-        self.client._frames(self.buf)
+        try:
+            self.client._frames(self.buf)
+        except Exception as exc:  # a frame we cannot decode: the replica is unusable
+            self.client._corrupt(exc)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.client._lost()

@@ -149,3 +149,30 @@ async def test_in_process_clients_push(make_engine):
     assert isinstance(orchestrator.pools[0].client(0), PushingStageClient)
     assert orchestrator._readers == {}
     assert len(await collect(engine, "x")) == 7
+
+
+async def test_a_routing_cancelled_from_inside_is_fatal_and_drops_what_queued():
+    h = Harness()
+    gate = h.gates["a"] = asyncio.get_running_loop().create_future()
+    h.intake.push(out("a"))
+    h.intake.push(out("b"))
+    gate.cancel()  # e.g. a future the routing awaited was cancelled by someone else
+    await asyncio.gather(*h.tasks, return_exceptions=True)
+    assert [str(e) for e in h.fatal] == ["t: a routing was cancelled"]
+    assert h.routed == []
+
+
+async def test_a_late_done_callback_of_an_old_routing_leaves_the_new_queue_alone():
+    h = Harness()
+    h.gates["a"] = asyncio.get_running_loop().create_future()
+    h.intake.push(out("a"))
+    old = h.tasks[0]
+    old.cancel()
+    await asyncio.gather(old, return_exceptions=True)
+    h.gates["c"] = asyncio.get_running_loop().create_future()
+    h.intake.push(out("c"))
+    h.intake.push(out("d"))
+    h.intake._finished(old)  # the old task's callback, arriving late
+    h.gates["c"].set_result(None)
+    await h.tasks[1]
+    assert h.routed == ["c", "d"]

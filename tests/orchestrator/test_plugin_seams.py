@@ -93,3 +93,27 @@ async def test_aborting_the_request_aborts_its_companion(fake_entry_points, make
 
 async def collect_rest(gen):
     return [o async for o in gen]
+
+
+class ArrayLike:
+    """Like a numpy array or a tensor: its truth value is ambiguous."""
+
+    def __init__(self, tokens):
+        self.tokens = list(tokens)
+
+    def __bool__(self):
+        raise ValueError("the truth value of an array with more than one element is ambiguous")
+
+    def __str__(self):
+        return str(self.tokens)
+
+
+async def test_a_gate_transform_returning_an_array_is_forwarded(fake_entry_points, make_engine):
+    module = types.ModuleType("array_gate")
+    module.OMNI_PLUGIN_API_VERSION = PLUGIN_API_VERSION
+    module.omni_forward_gate = hookimpl(lambda request_id: ForwardGate(transform=ArrayLike))
+    fake_entry_points.add("array_gate", module)
+    engine = make_engine(PIPE)
+    outs = await collect(engine, "ab")
+    assert sum(o.finished for o in outs) == 1 and outs[-1].finish_reason == "stop"
+    assert engine.is_alive()
