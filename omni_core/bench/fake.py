@@ -9,6 +9,7 @@ orchestrator took the previous batch (at most one untaken batch per replica).
 from __future__ import annotations
 
 import asyncio
+import queue
 import threading
 import time
 from typing import Any
@@ -49,7 +50,10 @@ class FakeEngineClient:
     def __init__(self, stage_id: int, args: FakeArgs) -> None:
         self.stage_id = stage_id
         self.args = args
-        self._cond = threading.Condition()
+        # Wake-ups of the engine thread: one token per reason (a request, an abort, a taken batch,
+        # shutdown); the thread re-checks its state after each, so extra tokens are harmless. A C
+        # queue: waking the thread costs the orchestrator loop no Python-level lock dance.
+        self._wake: queue.SimpleQueue[None] = queue.SimpleQueue()
         self._pending: list[str] = []
         self._aborted: set[str] = set()
         self._taken = True
@@ -75,19 +79,22 @@ class FakeEngineClient:
         stage = self.stage_id
         handed = PROBE.handed
         deliver = self._deliver
+        wait = self._wake.get
         while True:
-            with self._cond:
-                while not self._closed and not (self._taken and (self._pending or running)):
-                    self._cond.wait()
-                if self._closed:
-                    return
-                for rid in self._pending:
-                    running[rid] = 0
-                self._pending.clear()
-                for rid in self._aborted:
+            if self._closed:
+                return
+            if not (self._taken and (self._pending or running)):
+                wait()
+                continue
+            # swap, do not clear: the loop thread may append meanwhile (to one list or the other)
+            pending, self._pending = self._pending, []
+            for rid in pending:
+                running[rid] = 0
+            if self._aborted:
+                aborted, self._aborted = self._aborted, set()
+                for rid in aborted:
                     running.pop(rid, None)
-                self._aborted.clear()
-                self._taken = False
+            self._taken = False
             batch = []
             for rid, count in list(running.items()):
                 count += 1
@@ -106,8 +113,7 @@ class FakeEngineClient:
                 else:
                     running[rid] = count
             if not batch:
-                with self._cond:
-                    self._taken = True
+                self._taken = True
                 continue
             assert self._loop is not None
             try:
@@ -139,17 +145,15 @@ class FakeEngineClient:
         expected = self.args.expect_prompt_len
         if expected is not None and len(request.prompt) != expected:
             PROBE.bad_prompts += 1
-        with self._cond:
-            self._pending.append(request.request_id)
-            self._cond.notify()
+        self._pending.append(request.request_id)
+        self._wake.put(None)
 
     async def add_input(self, request_id: str, prompt: Any, final: bool) -> None:
         raise NotImplementedError
 
     async def abort(self, request_ids: list[str]) -> None:
-        with self._cond:
-            self._aborted.update(request_ids)
-            self._cond.notify()
+        self._aborted = self._aborted | set(request_ids)  # a new set: the engine may swap it
+        self._wake.put(None)
 
     async def collective_rpc(
         self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -171,17 +175,15 @@ class FakeEngineClient:
         return batch
 
     def _release(self) -> None:
-        with self._cond:
-            self._taken = True
-            self._cond.notify()
+        self._taken = True
+        self._wake.put(None)
 
     def is_healthy(self) -> bool:
         return not self._closed
 
     async def shutdown(self) -> None:
-        with self._cond:
-            self._closed = True
-            self._cond.notify()
+        self._closed = True
+        self._wake.put(None)
         if self._ready is not None:
             self._ready.set()
 
