@@ -65,8 +65,14 @@ class OrchestratorBase(RoutingMixin):
         self._tasks: set[asyncio.Task[Any]] = set()
         self._readers: dict[tuple[int, int], asyncio.Task[None]] = {}
         self._init_routing()
-        if type(self)._intercept_stage_output is not OrchestratorBase._intercept_stage_output:
-            self.streamed_stages = frozenset(self.order)  # a subclass looks at every output
+        # Stages whose every delta someone reads even when they are not a run's final stage:
+        # sources of stream edges; all stages when a plugin or a subclass looks at outputs.
+        watched = (
+            hooks.has_output_observers
+            or hooks.has_output_interceptors
+            or type(self)._intercept_stage_output is not OrchestratorBase._intercept_stage_output
+        )
+        self.streamed_stages = frozenset(self.order) if watched else self.stream_sources
 
     # ------------------------------------------------------------------------------------------
     # the loop

@@ -42,6 +42,7 @@ class RoutingMixin:
         runs: dict[str, RunState]
         _stop: asyncio.Event
         loop: asyncio.AbstractEventLoop
+        streamed_stages: frozenset[int]  # stages whose deltas are read even when not final
 
         def spawn(
             self, coro: Coroutine[Any, Any, Any], name: str | None = None
@@ -78,11 +79,6 @@ class RoutingMixin:
         self.stream_sources = frozenset(
             e.stage for s in config.stages for e in s.inputs if e.mode == "stream"
         )
-        # Stages whose every delta someone reads even when they are not the run's final stage:
-        # sources of stream edges, or all stages when a plugin observes or intercepts outputs.
-        hooks = self.hooks
-        watched = hooks.has_output_observers or hooks.has_output_interceptors
-        self.streamed_stages = frozenset(self.order) if watched else self.stream_sources
         self.stage_info = {
             sid: (st.name, st.config.final_output_type) for sid, st in self.pipeline.stages.items()
         }

@@ -174,3 +174,33 @@ async def test_a_plugin_watching_outputs_gets_every_stage_streamed(
     await collect(make_engine(CHAIN), "x")
     assert seen == [("thinker", True), ("talker", True), ("vocoder", True)]
     assert watched.count(1) == 6  # every talker delta reached the observer
+
+
+async def test_a_subclass_looking_at_outputs_gets_every_stage_streamed(monkeypatch, omni_settings):
+    from omni_core import AsyncOmniEngine, PipelineConfig
+    from omni_core.orchestrator.turn import Orchestrator
+    from omni_core.plugin.hooks import PluginHost
+
+    talker_outputs: list[int] = []
+
+    class Watching(Orchestrator):
+        def _intercept_stage_output(self, run, stage_id, output):
+            if stage_id == 1:
+                talker_outputs.append(stage_id)
+            return super()._intercept_stage_output(run, stage_id, output)
+
+    class Engine(AsyncOmniEngine):
+        def _create_orchestrator(self, **kwargs):
+            return Watching(**kwargs)
+
+    seen = recording(monkeypatch)
+    engine = Engine(
+        PipelineConfig.from_yaml_text(CHAIN),
+        settings=omni_settings,
+        plugins=PluginHost.create(omni_settings, load_entry_points=False),
+    )
+    try:
+        await collect(engine, "x")
+    finally:
+        engine.shutdown()
+    assert ("talker", True) in seen and len(talker_outputs) == 6
