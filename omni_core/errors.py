@@ -30,7 +30,17 @@ class PluginConflictError(PluginError):
 
 
 class RequestError(OmniError, ValueError):
-    """The caller's request is invalid (duplicate id, bad params, unknown stage ...)."""
+    """The caller's request is invalid (duplicate id, bad params, unknown stage ...).
+
+    ``param`` names the offending request field where one is known (HTTP puts it in the error
+    body's ``param``); ``status_code`` is the HTTP status it maps to (400 unless a more precise
+    4xx applies, e.g. 413 for a body over the limit).
+    """
+
+    def __init__(self, message: str, *, param: str | None = None, status_code: int = 400) -> None:
+        super().__init__(message)
+        self.param = param
+        self.status_code = status_code
 
 
 class StageUnavailableError(OmniError):

@@ -23,6 +23,18 @@ class OmniSettings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = 8000
     api_key: str | None = None
+    api_key_file: Path | None = Field(
+        default=None, description="file whose first line is the API key (keeps it out of ps)"
+    )
+    public_metrics: bool = Field(
+        default=False, description="serve /metrics and /openapi.json without the API key"
+    )
+    max_body_bytes: int = Field(
+        default=16 << 20, ge=1024, description="largest HTTP request body; past it: 413"
+    )
+    max_json_depth: int = Field(
+        default=32, ge=4, description="deepest nesting of a JSON request body; past it: 400"
+    )
     max_inflight: int = Field(default=64, ge=1, description="server admission bound")
     grace_s: float = Field(default=10.0, ge=0, description="SIGTERM drain time for in-flight")
     metrics_port: int | None = None

@@ -25,17 +25,25 @@ class AsyncOmniEngine(OmniEngineBase):
 
     async def generate(
         self,
-        prompt: Any,
+        prompt: Any = None,
         *,
+        messages: list[Any] | None = None,
         request_id: str | None = None,
         sampling_params: SamplingParams | dict[str, Any] | None = None,
         modalities: list[str] | None = None,
     ) -> AsyncGenerator[OmniRequestOutput, None]:
         """Stream a request's outputs; exactly one has ``finished=True`` (or this raises
         :class:`~omni_core.errors.EngineDeadError`). Closing or cancelling it aborts the request.
+
+        Give either ``prompt`` or chat ``messages`` (OpenAI's shape), rendered by the first
+        stage's chat template as :meth:`render_chat` does.
         """
         runtime = self._runtime
         runtime.check_alive()
+        if (prompt is None) == (messages is None):
+            raise RequestError("give either a prompt or messages")
+        if messages is not None:
+            prompt = self.render_chat(messages).prompt
         rid = self.new_request_id() if request_id is None else request_id
         if not isinstance(rid, str) or not rid:
             raise RequestError("request_id must be a non-empty string")

@@ -7,6 +7,7 @@ Seams for subclasses: :meth:`_validate_deployment` (before any stage starts) and
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import os
@@ -15,6 +16,13 @@ import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
+from omni_core.chat import (
+    ChatOptions,
+    PlainRenderer,
+    PromptRenderer,
+    RenderedPrompt,
+    parse_messages,
+)
 from omni_core.config.resolve import ResolvedPipeline, resolve_pipeline
 from omni_core.config.settings import OmniSettings
 from omni_core.engine.runtime import EngineRuntime
@@ -108,6 +116,21 @@ class OmniEngineBase:
         if problems:
             raise ConfigError(problems)
         return params
+
+    # --- prompts -------------------------------------------------------------------------------
+    @functools.cached_property
+    def prompt_renderer(self) -> PromptRenderer:
+        """How the first stage renders chats and counts prompt tokens (built on first use)."""
+        first = self.pipeline.stages[min(self.pipeline.stages)]
+        if first.kind.renderer is None:
+            return PlainRenderer(first.name)
+        renderer: PromptRenderer = first.kind.renderer(first.config, first.args, self.settings)
+        return renderer
+
+    def render_chat(self, messages: Any, options: ChatOptions | None = None) -> RenderedPrompt:
+        """OpenAI-style messages → the first stage's prompt, rendered by its chat template and
+        tokenized (what ``omni serve`` sends for a chat request); raises RequestError."""
+        return self.prompt_renderer.render_chat(parse_messages(messages), options or ChatOptions())
 
     # --- request ids and params -----------------------------------------------------------------
     def new_request_id(self) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from omni_core.chat import TokenizerRenderer
 from omni_core.stage.client import StageContext
 from omni_core.stage.process import ProcessStageClient
 
@@ -37,6 +38,15 @@ class VllmArgs(BaseModel):
         "stages never ship it: nobody would see it",
     )
     start_timeout_s: float = 600.0
+    chat_template: str | None = Field(
+        default=None,
+        description="chat template (inline Jinja or a file) instead of the tokenizer's own, "
+        "used when this stage is a pipeline's first (vLLM's --chat-template)",
+    )
+    chat_template_kwargs: dict[str, Any] = Field(
+        default_factory=dict,
+        description="extra variables for the chat template (a request's own override these)",
+    )
 
 
 def thread_env(threads: int) -> dict[str, str]:
@@ -74,6 +84,21 @@ def engine_process_client(
         env=thread_env(threads),
         log_path=stage_log(context, stage.name, replica),
         **options,
+    )
+
+
+def vllm_renderer(stage: Any, args: VllmArgs, settings: Any) -> TokenizerRenderer:
+    """The stage's tokenizer (vLLM's ``tokenizer`` engine arg, else the model's) renders chats."""
+    from omni_core.models import resolve_model
+
+    model = resolve_model(args.model, settings.cache_dir)
+    tokenizer = args.engine.get("tokenizer") or model
+    return TokenizerRenderer(
+        stage.name,
+        tokenizer,
+        max_model_len=args.max_model_len,
+        chat_template=args.chat_template,
+        chat_template_kwargs=args.chat_template_kwargs,
     )
 
 

@@ -18,7 +18,7 @@ OMNI_PLUGIN_API_VERSION = PLUGIN_API_VERSION
 @hookimpl
 def omni_register_stage_kinds() -> Iterable[StageKind]:
     from omni_core.kinds.diffusion import DiffusionArgs, make_diffusion_client
-    from omni_core.kinds.vllm_kind import VllmArgs, make_vllm_client
+    from omni_core.kinds.vllm_kind import VllmArgs, make_vllm_client, vllm_renderer
     from omni_core.kinds.vocoder import VocoderArgs, make_vocoder_client
     from omni_core.stage.python_kind import PythonStageArgs, make_python_client
 
@@ -29,7 +29,13 @@ def omni_register_stage_kinds() -> Iterable[StageKind]:
             config_model=PythonStageArgs,
             description="a user callable (function, or sync/async generator for streaming)",
         ),
-        StageKind("vllm", make_vllm_client, VllmArgs, "vLLM v1 engine, one process per replica"),
+        StageKind(
+            "vllm",
+            make_vllm_client,
+            VllmArgs,
+            "vLLM v1 engine, one process per replica",
+            renderer=vllm_renderer,
+        ),
         StageKind("vocoder", make_vocoder_client, VocoderArgs, "codec tokens to audio chunks"),
         StageKind(
             "diffusion",

@@ -34,6 +34,10 @@ class StageKind:
     called on the orchestrator thread. ``config_model`` validates the stage's ``engine_args``.
     ``output_mode`` is ``"ar"`` (token by token, abort yields the prefix) or ``"whole"`` (one
     result, abort is a whole-sample retry); an engine_args field ``output`` overrides it.
+    ``renderer(stage_config, engine_args, settings)``, for kinds whose engine tokenizes its prompt,
+    returns the :class:`~omni_core.chat.PromptRenderer` that renders chats and counts prompt
+    tokens when the stage is a pipeline's first (called once per engine, in the caller's
+    thread); without one, chats are rendered by :class:`~omni_core.chat.PlainRenderer`.
     """
 
     name: str
@@ -41,6 +45,7 @@ class StageKind:
     config_model: type[BaseModel]
     description: str = ""
     output_mode: str = "ar"
+    renderer: Callable[[StageConfig, Any, Any], Any] | None = None
 
     def __post_init__(self) -> None:
         _check_name("stage kind", self.name)

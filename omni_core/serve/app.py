@@ -1,23 +1,37 @@
-"""The FastAPI app: OpenAI-style chat completions and images, models, health, metrics."""
+"""The FastAPI app: OpenAI chat completions, completions and images, models, health, metrics.
+
+Every body is parsed by :mod:`omni_core.serve.protocol` and validated (sampling params, prompt
+length, modalities) before a request reaches the engine, streamed ones before the 200: their
+first output is awaited too, so a stage's own rejection still answers with a 4xx.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import time
-import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from omni_core.chat import RenderedPrompt
 from omni_core.errors import EngineDeadError, RequestError
-from omni_core.media import AudioChunk, Image, pcm16, png_bytes, wav_bytes
+from omni_core.media import Image, png_bytes
 from omni_core.outputs import OmniRequestOutput
+from omni_core.serve import streams
 from omni_core.serve.errors import ApiError, from_error_info
+from omni_core.serve.guard import BodyTooLarge, Guard, too_large_body
 from omni_core.serve.metrics import OmniMetrics
+from omni_core.serve.protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    ImageRequest,
+    decode_json,
+    parse_body,
+)
+from omni_core.serve.responses import chat_response, completion_response, gather
 
 
 class Admission:
@@ -43,8 +57,14 @@ class Admission:
 
 
 def create_app(
-    engine: Any, metrics: OmniMetrics, *, api_key: str | None = None, max_inflight: int = 64
+    engine: Any,
+    metrics: OmniMetrics,
+    *,
+    api_key: str | None = None,
+    max_inflight: int = 64,
+    public_metrics: bool | None = None,
 ) -> FastAPI:
+    settings = engine.settings
     app = FastAPI(title="omni-core", docs_url=None, redoc_url=None)
     app.state.engine = engine
     admission = Admission(max_inflight)
@@ -52,19 +72,32 @@ def create_app(
     model_id = engine.pipeline.config.name
     stages = engine.pipeline.stages
     offered = {s.config.final_output_type for s in stages.values() if s.config.final_output}
+    first_stage = stages[min(stages)]
     # An engine kind without a request API (``generate``) is served only by its plugins' routes.
     answers_requests = callable(getattr(engine, "generate", None))
+    renderer = engine.prompt_renderer if answers_requests else None  # loads a tokenizer once
     plugin_paths: list[str] = []
+    public = settings.public_metrics if public_metrics is None else public_metrics
+    open_paths = {"/health"} | ({"/metrics", "/openapi.json"} if public else set())
+    app.add_middleware(
+        Guard,
+        api_key=api_key,
+        max_body_bytes=settings.max_body_bytes,
+        open_paths=frozenset(open_paths),
+    )
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
         return exc.response()
 
-    def authorize(request: Request) -> None:
-        if api_key and request.headers.get("authorization") != f"Bearer {api_key}":
-            raise ApiError(
-                401, "invalid or missing API key", "authentication_error", code="invalid_api_key"
-            )
+    @app.exception_handler(RequestError)
+    async def _request_error(request: Request, exc: RequestError) -> JSONResponse:
+        return ApiError(exc.status_code, str(exc), param=exc.param).response()
+
+    @app.exception_handler(BodyTooLarge)
+    async def _too_large(request: Request, exc: BodyTooLarge) -> Response:
+        status, body = too_large_body(exc)
+        return Response(body, status_code=status, media_type="application/json")
 
     def check_model(model: Any) -> None:
         if model != model_id:
@@ -84,18 +117,30 @@ def create_app(
                 code="unsupported_endpoint",
             )
 
+    def stage_params(overrides: dict[str, Any]) -> Any:
+        """The request's fields over the first stage's pipeline defaults, validated now."""
+        if not overrides:
+            return None
+        params = {first_stage.name: {**first_stage.config.sampling_params, **overrides}}
+        engine.stage_params(params)  # RequestError (a 400) before anything starts
+        return params
+
+    async def body_of(request: Request) -> dict[str, Any]:
+        return decode_json(await request.body(), settings.max_json_depth)
+
     @app.get("/v1/models")
-    async def models(request: Request) -> dict[str, Any]:
-        authorize(request)
+    async def models() -> dict[str, Any]:
         return {
             "object": "list",
             "data": [{"id": model_id, "object": "model", "owned_by": "omni-core", "created": 0}],
         }
 
     @app.get("/health")
-    async def health() -> JSONResponse:
+    async def health(request: Request) -> JSONResponse:
         status = engine.health()
         ok = status["alive"] and all(s["live"] for s in status["stages"].values())
+        if not request.scope["state"].get("authorized"):  # no detail for anonymous callers
+            status = {"status": "ok" if ok else "unavailable"}
         return JSONResponse(status, status_code=200 if ok else 503)
 
     @app.get("/metrics")
@@ -104,59 +149,104 @@ def create_app(
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Any:
-        authorize(request)
-        body = await _json(request)
-        check_model(body.get("model"))
-        modalities = body.get("modalities") or ["text"]
-        if not isinstance(modalities, list) or not set(modalities) <= offered:
+        body = parse_body(ChatCompletionRequest, await body_of(request))
+        check_model(body.model)
+        assert renderer is not None
+        modalities = list(body.modalities or ["text"])
+        if not set(modalities) <= offered:
+            missing = sorted(set(modalities) - offered)
             raise ApiError(
                 400,
-                f"modalities {modalities!r}: this model offers {sorted(offered)}",
+                f"modalities {modalities!r}: model '{model_id}' cannot produce {missing} "
+                f"(it offers {sorted(offered)})",
                 param="modalities",
             )
-        prompt = _prompt(body.get("messages"))
-        params = _params(engine, body)
-        admission.enter()
-        try:
-            if body.get("stream"):
-                return StreamingResponse(
-                    _chat_stream(engine, admission, prompt, params, modalities, model_id),
-                    media_type="text/event-stream",
+        rendered = renderer.render_chat(body.messages, body.chat_options())
+        params = stage_params(body.overrides())
+        top = body.top_logprobs or 0 if body.logprobs else None
+        run = Run(request, engine, admission, rendered, params, modalities)
+        if body.stream:
+            first = await run.start()
+            chunks = streams.chat_chunks(
+                run.outputs(first),
+                model=model_id,
+                n=body.n,
+                top_logprobs=top,
+                decode=renderer.decode,
+                usage_prompt=rendered.num_tokens or 0 if body.include_usage else None,
+                on_done=metrics.count_usage,
+            )
+            return StreamingResponse(run.sse(chunks), media_type="text/event-stream")
+        outputs = await run.collect()
+        choices = gather(outputs, body.n)
+        response = chat_response(
+            choices,
+            model=model_id,
+            prompt_tokens=rendered.num_tokens or 0,
+            modalities=modalities,
+            top_logprobs=top,
+            decode=renderer.decode,
+        )
+        metrics.count_usage(response["usage"])
+        return response
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Any:
+        body = parse_body(CompletionRequest, await body_of(request))
+        check_model(body.model)
+        assert renderer is not None
+        if "text" not in offered:
+            raise ApiError(400, f"model '{model_id}' does not produce text", param="model")
+        if isinstance(body.prompt, str):
+            rendered = renderer.encode(body.prompt, add_special_tokens=body.add_special_tokens)
+        else:
+            rendered = renderer.tokens(body.prompt)
+        params = stage_params(body.overrides())
+        echo = None
+        if body.echo:
+            if body.logprobs is not None:
+                raise ApiError(
+                    400, "'echo' with 'logprobs' (prompt logprobs) is not supported", param="echo"
                 )
-        except BaseException:
-            admission.leave()
-            raise
-        try:
-            outputs = await _collect(request, engine, prompt, params, modalities)
-        finally:
-            admission.leave()
-        return _chat_response(outputs, modalities, model_id, body.get("n") or 1)
+            ids = rendered.prompt if isinstance(rendered.prompt, list) else []
+            echo = (rendered.text, list(ids), [None] * len(ids))
+        run = Run(request, engine, admission, rendered, params, ["text"])
+        if body.stream:
+            first = await run.start()
+            chunks = streams.completion_chunks(
+                run.outputs(first),
+                model=model_id,
+                n=body.n,
+                logprobs=body.logprobs,
+                decode=renderer.decode,
+                echo=echo[0] if echo else None,
+                usage_prompt=rendered.num_tokens or 0 if body.include_usage else None,
+                on_done=metrics.count_usage,
+            )
+            return StreamingResponse(run.sse(chunks), media_type="text/event-stream")
+        outputs = await run.collect()
+        response = completion_response(
+            gather(outputs, body.n),
+            model=model_id,
+            prompt_tokens=rendered.num_tokens or 0,
+            echo=echo,
+            logprobs=body.logprobs,
+            decode=renderer.decode,
+        )
+        metrics.count_usage(response["usage"])
+        return response
 
     @app.post("/v1/images/generations")
     async def images(request: Request) -> Any:
-        authorize(request)
-        body = await _json(request)
-        check_model(body.get("model", model_id))
+        body = parse_body(ImageRequest, await body_of(request))
+        check_model(body.model or model_id)
         if "image" not in offered:
             raise ApiError(400, f"model '{model_id}' does not generate images", param="model")
-        if body.get("response_format", "b64_json") != "b64_json":
-            raise ApiError(
-                400,
-                "only response_format 'b64_json' is supported (no image URLs)",
-                param="response_format",
-            )
-        if not isinstance(body.get("prompt"), str) or not body["prompt"]:
-            raise ApiError(400, "'prompt' must be a non-empty string", param="prompt")
-        params = _params(engine, body)
-        admission.enter()
-        try:
-            outputs = await _collect(request, engine, body["prompt"], params, ["image"])
-        finally:
-            admission.leave()
+        params = stage_params(body.overrides())
+        rendered = RenderedPrompt(body.prompt, body.prompt, None)
+        outputs = await Run(request, engine, admission, rendered, params, ["image"]).collect()
         images = [o.payload for o in outputs if isinstance(o.payload, Image) and o.finish_reason]
-        data = []
-        for image in images:
-            data.append({"b64_json": base64.b64encode(png_bytes(image)).decode()})
+        data = [{"b64_json": base64.b64encode(png_bytes(image)).decode()} for image in images]
         return {"created": int(time.time()), "data": data}
 
     from omni_core.plugin.hooks import PluginHost
@@ -169,180 +259,86 @@ def create_app(
     return app
 
 
-async def _json(request: Request) -> dict[str, Any]:
-    try:
-        body = await request.json()
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise ApiError(400, "the request body is not valid JSON") from None
-    if not isinstance(body, dict):
-        raise ApiError(400, "the request body must be a JSON object")
-    return body
+class Run:
+    """One admitted request: its outputs, errors turned into HTTP errors, admission released
+    once it ends (also when the client goes away, which aborts it)."""
 
+    def __init__(
+        self,
+        request: Request,
+        engine: Any,
+        admission: Admission,
+        rendered: RenderedPrompt,
+        params: Any,
+        modalities: list[str],
+    ) -> None:
+        self.request = request
+        self.admission = admission
+        admission.enter()
+        self.gen = _generate(engine, rendered.prompt, params, modalities)
 
-def _prompt(messages: Any) -> str:
-    if not isinstance(messages, list) or not messages:
-        raise ApiError(400, "'messages' must be a non-empty list", param="messages")
-    parts = []
-    for i, message in enumerate(messages):
-        if not isinstance(message, dict) or "content" not in message:
-            raise ApiError(400, f"messages[{i}] needs 'role' and 'content'", param=f"messages[{i}]")
-        content = message["content"]
-        if isinstance(content, list):  # content parts: keep the text ones
-            content = " ".join(p.get("text", "") for p in content if isinstance(p, dict))
-        parts.append(str(content))
-    return "\n".join(parts)
+    async def start(self) -> OmniRequestOutput:
+        """The first output (a failure before it is an HTTP error, not a 200 then an error)."""
+        try:
+            return await self.gen.__anext__()
+        except BaseException:
+            await self.close()
+            raise
 
+    async def outputs(self, first: OmniRequestOutput) -> AsyncIterator[OmniRequestOutput]:
+        yield first
+        async for out in self.gen:
+            yield out
 
-def _params(engine: Any, body: dict[str, Any]) -> dict[str, Any] | None:
-    """OpenAI fields → the first stage's sampling params (over its pipeline defaults)."""
-    overrides: dict[str, Any] = {}
-    for field in ("max_tokens", "temperature", "seed", "n"):
-        if body.get(field) is not None:
-            overrides[field] = body[field]
-    if body.get("max_completion_tokens") is not None:
-        overrides["max_tokens"] = body["max_completion_tokens"]
-    stop = body.get("stop")
-    if stop is not None:
-        overrides["stop"] = [stop] if isinstance(stop, str) else stop
-    if not overrides:
-        return None
-    first = engine.pipeline.stages[min(engine.pipeline.stages)]
-    return {first.name: {**first.config.sampling_params, **overrides}}
+    async def sse(self, chunks: AsyncIterator[str]) -> AsyncIterator[str]:
+        try:
+            async for chunk in chunks:
+                yield chunk
+        except ApiError as exc:
+            yield streams.error_event(exc)
+        finally:
+            await self.close()
+
+    async def collect(self) -> list[OmniRequestOutput]:
+        """Run to the end; a client disconnect cancels it (which aborts the request)."""
+
+        async def run() -> list[OmniRequestOutput]:
+            return [o async for o in self.gen]
+
+        async def disconnected() -> None:
+            while (await self.request.receive())["type"] != "http.disconnect":
+                pass
+
+        work = asyncio.ensure_future(run())
+        watch = asyncio.ensure_future(disconnected())
+        try:
+            await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            watch.cancel()
+            if not work.done():
+                work.cancel()  # closing the generator aborts the request in the engine
+            try:
+                await asyncio.wait({work})
+            finally:
+                await self.close()
+        return work.result()
+
+    async def close(self) -> None:
+        if self.admission is not None:
+            self.admission.leave()
+            self.admission = None  # type: ignore[assignment]
+            await self.gen.aclose()
 
 
 async def _generate(
-    engine: Any, prompt: str, params: Any, modalities: list[str]
-) -> AsyncIterator[OmniRequestOutput]:
+    engine: Any, prompt: Any, params: Any, modalities: list[str]
+) -> AsyncGenerator[OmniRequestOutput, None]:
     try:
         async for out in engine.generate(prompt, sampling_params=params, modalities=modalities):
             if out.error is not None:
                 raise from_error_info(out.error)
             yield out
     except RequestError as exc:
-        raise ApiError(400, str(exc), param=_param_of(str(exc))) from None
+        raise ApiError(exc.status_code, str(exc), param=exc.param) from None
     except EngineDeadError as exc:
         raise ApiError(503, str(exc), "service_unavailable", code="engine_dead") from None
-
-
-def _param_of(message: str) -> str | None:
-    for field in ("max_tokens", "temperature", "seed", "n", "stop"):
-        if f".{field}" in message or f"'{field}'" in message:
-            return field
-    return None
-
-
-async def _collect(
-    request: Request, engine: Any, prompt: str, params: Any, modalities: list[str]
-) -> list[OmniRequestOutput]:
-    """Run a request to its end; a client disconnect cancels it (which aborts it)."""
-
-    async def run() -> list[OmniRequestOutput]:
-        return [o async for o in _generate(engine, prompt, params, modalities)]
-
-    async def disconnected() -> None:
-        while (await request.receive())["type"] != "http.disconnect":
-            pass
-
-    work = asyncio.ensure_future(run())
-    watch = asyncio.ensure_future(disconnected())
-    try:
-        await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        watch.cancel()
-        if not work.done():
-            work.cancel()  # closing the generator aborts the request in the engine
-    return await work
-
-
-def _text_of(outputs: list[OmniRequestOutput], index: int) -> tuple[str, str | None]:
-    text = "".join(o.text for o in outputs if o.index == index and o.output_type == "text")
-    reasons = [
-        o.finish_reason
-        for o in outputs
-        if o.index == index and o.finish_reason and o.output_type == "text"
-    ]
-    return text, reasons[-1] if reasons else None
-
-
-def _chat_response(
-    outputs: list[OmniRequestOutput], modalities: list[str], model: str, n: int
-) -> dict[str, Any]:
-    choices = []
-    completion_tokens = 0
-    for index in range(n):
-        text, reason = _text_of(outputs, index)
-        completion_tokens += sum(
-            len(o.token_ids) for o in outputs if o.index == index and o.output_type == "text"
-        )
-        message: dict[str, Any] = {"role": "assistant", "content": text}
-        if "audio" in modalities:
-            chunks = [
-                o.payload for o in outputs if o.index == index and isinstance(o.payload, AudioChunk)
-            ]
-            if chunks:
-                message["audio"] = {
-                    "id": f"audio-{uuid.uuid4().hex[:12]}",
-                    "data": base64.b64encode(wav_bytes(chunks)).decode(),
-                    "transcript": text,
-                    "expires_at": int(time.time()) + 3600,
-                }
-                if "text" not in modalities:
-                    message["content"] = None
-            audio_reasons = [
-                o.finish_reason
-                for o in outputs
-                if o.index == index and o.output_type == "audio" and o.finish_reason
-            ]
-            reason = reason or (audio_reasons[-1] if audio_reasons else None)
-        choices.append({"index": index, "message": message, "finish_reason": reason or "stop"})
-    return {
-        "id": f"chatcmpl-{uuid.uuid4().hex}",
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": model,
-        "choices": choices,
-        "usage": {
-            "prompt_tokens": 0,
-            "completion_tokens": completion_tokens,
-            "total_tokens": completion_tokens,
-        },
-    }
-
-
-async def _chat_stream(
-    engine: Any, admission: Admission, prompt: str, params: Any, modalities: list[str], model: str
-) -> AsyncIterator[str]:
-    """SSE chunks: text deltas as ``content``, audio as pcm16 ``audio.data`` deltas."""
-    rid = f"chatcmpl-{uuid.uuid4().hex}"
-    created = int(time.time())
-
-    def chunk(index: int, delta: dict[str, Any], finish: str | None = None) -> str:
-        body = {
-            "id": rid,
-            "object": "chat.completion.chunk",
-            "created": created,
-            "model": model,
-            "choices": [{"index": index, "delta": delta, "finish_reason": finish}],
-        }
-        return f"data: {json.dumps(body)}\n\n"
-
-    try:
-        yield chunk(0, {"role": "assistant", "content": ""})
-        reasons: dict[int, str] = {}
-        async for out in _generate(engine, prompt, params, modalities):
-            if out.output_type == "text" and out.text:
-                yield chunk(out.index, {"content": out.text})
-            if isinstance(out.payload, AudioChunk):
-                pcm = pcm16(out.payload.samples)
-                yield chunk(
-                    out.index, {"audio": {"data": base64.b64encode(pcm).decode(), "transcript": ""}}
-                )
-            if out.finish_reason:
-                reasons[out.index] = out.finish_reason
-        for index, reason in sorted(reasons.items()):
-            yield chunk(index, {}, reason)
-        yield "data: [DONE]\n\n"
-    except ApiError as exc:
-        yield f"data: {json.dumps({'error': {'message': exc.message, 'code': exc.code}})}\n\n"
-    finally:
-        admission.leave()

@@ -69,11 +69,29 @@ class OmniMetrics:
             ["stage", "replica"],
             registry=r,
         )
+        self.prompt_tokens = Counter(
+            "omni_prompt_tokens",
+            "Prompt tokens of answered requests (the first stage's, after templating)",
+            registry=r,
+        )
+        self.completion_tokens = Counter(
+            "omni_completion_tokens",
+            "Completion tokens of answered requests, as reported in their usage",
+            ["modality"],
+            registry=r,
+        )
         self._lock = threading.Lock()
         self._admitted: dict[str, float] = {}
         self._stages: dict[tuple[str, int], list[float]] = {}  # submit, first, finish
         self._names: dict[int, str] = {}
         self._finished_at: dict[tuple[str, int], tuple[float, int]] = {}
+
+    def count_usage(self, usage: dict[str, Any]) -> None:
+        """Count a response's ``usage`` (server thread): the counters and responses agree."""
+        audio = (usage.get("completion_tokens_details") or {}).get("audio_tokens", 0)
+        self.prompt_tokens.inc(usage["prompt_tokens"])
+        self.completion_tokens.labels("text").inc(usage["completion_tokens"] - audio)
+        self.completion_tokens.labels("audio").inc(audio)
 
     # --- hooks (orchestrator thread) ----------------------------------------------------------
     @hookimpl

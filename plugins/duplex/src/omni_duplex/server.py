@@ -27,19 +27,16 @@ def mount(app: Any, engine: Any) -> None:
 
     if not isinstance(engine, DuplexOmniEngine):
         return
-    api_key = getattr(engine.settings, "api_key", None)
 
     @app.websocket("/v1/realtime")
     async def realtime_ws(websocket: WebSocket) -> None:
-        await serve_socket(websocket, engine, api_key)
+        await serve_socket(websocket, engine)
 
 
-async def serve_socket(websocket: Any, engine: Any, api_key: str | None) -> None:
+async def serve_socket(websocket: Any, engine: Any) -> None:
+    """One connection; the server's gate already checked the API key (omni serve's --api-key)."""
     from starlette.websockets import WebSocketDisconnect
 
-    if api_key and websocket.headers.get("authorization") != f"Bearer {api_key}":
-        await websocket.close(code=1008)
-        return
     await websocket.accept()
     query = websocket.query_params
     try:

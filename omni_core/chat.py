@@ -1,0 +1,248 @@
+"""Chat messages and prompt rendering: what turns OpenAI-style messages into a stage's prompt.
+
+The first stage of a pipeline decides how a chat is rendered: a stage kind whose engine has a
+tokenizer registers a ``renderer`` (:class:`~omni_core.plugin.types.StageKind`), which renders
+messages with the tokenizer's chat template (or a template the stage overrides) and tokenizes the
+result, as vLLM's OpenAI server does. Kinds without one get :class:`PlainRenderer`. The server,
+the CLI and ``AsyncOmniEngine.generate(messages=...)`` all go through
+``OmniEngineBase.render_chat``, so they agree on the prompt and on its token count.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from omni_core.errors import RequestError
+
+logger = logging.getLogger(__name__)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TextPart(_Strict):
+    type: Literal["text"]
+    text: str
+
+
+class ImageUrl(_Strict):
+    url: str
+    detail: Literal["auto", "low", "high"] | None = None
+
+
+class ImageUrlPart(_Strict):
+    type: Literal["image_url"]
+    image_url: ImageUrl
+
+
+class InputAudio(_Strict):
+    data: str
+    format: Literal["wav", "mp3"]
+
+
+class InputAudioPart(_Strict):
+    type: Literal["input_audio"]
+    input_audio: InputAudio
+
+
+ContentPart = Annotated[TextPart | ImageUrlPart | InputAudioPart, Field(discriminator="type")]
+
+
+class ChatMessage(_Strict):
+    """One message of a chat (OpenAI's shape; ``developer`` is rendered as ``system``)."""
+
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+
+    def text(self) -> str:
+        """The message's text: a string as is, text parts joined by newlines (as vLLM does)."""
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        return "\n".join(p.text for p in self.content if isinstance(p, TextPart))
+
+
+_MESSAGES: TypeAdapter[list[ChatMessage]] = TypeAdapter(list[ChatMessage])
+
+
+def parse_messages(messages: Any) -> list[ChatMessage]:
+    """Messages as given by a caller (dicts or :class:`ChatMessage`) → validated messages."""
+    if not isinstance(messages, list) or not messages:
+        raise RequestError("'messages' must be a non-empty list", param="messages")
+    try:
+        return _MESSAGES.validate_python(
+            [m.model_dump(exclude_none=True) if isinstance(m, ChatMessage) else m for m in messages]
+        )
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where = "messages" + "".join(
+            f"[{p}]" if isinstance(p, int) else f".{p}" for p in error["loc"] if p != "function"
+        )
+        raise RequestError(f"{where}: {error['msg']}", param=where.split(".")[0]) from None
+
+
+@dataclass(frozen=True, slots=True)
+class ChatOptions:
+    """How a chat is rendered (vLLM's request fields of the same names)."""
+
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    chat_template_kwargs: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RenderedPrompt:
+    """A stage prompt and what it costs: ``num_tokens`` is None where no tokenizer counts it."""
+
+    prompt: Any
+    text: str
+    num_tokens: int | None
+
+
+class PromptRenderer(Protocol):
+    """Renders chats and tokenizes text for a pipeline's first stage (thread-safe, reusable)."""
+
+    stage_name: str
+    accepts: frozenset[str]  # content-part types the stage takes ("text", "image_url", ...)
+    max_model_len: int | None
+
+    def render_chat(self, messages: list[ChatMessage], options: ChatOptions) -> RenderedPrompt: ...
+    def encode(self, text: str, add_special_tokens: bool = True) -> RenderedPrompt: ...
+    def tokens(self, token_ids: list[int]) -> RenderedPrompt: ...
+    def decode(self, token_ids: list[int]) -> str: ...
+
+
+def check_parts(messages: list[ChatMessage], renderer: PromptRenderer) -> None:
+    """A content part the first stage does not take is a request error naming the part."""
+    for i, message in enumerate(messages):
+        if isinstance(message.content, list):
+            for j, part in enumerate(message.content):
+                if part.type not in renderer.accepts:
+                    where = f"messages[{i}].content[{j}]"
+                    takes = ", ".join(sorted(renderer.accepts))
+                    raise RequestError(
+                        f"{where}: content part '{part.type}' is not accepted by stage "
+                        f"'{renderer.stage_name}' (it takes: {takes})",
+                        param=where,
+                    )
+
+
+class PlainRenderer:
+    """For stage kinds without a tokenizer: the messages' text joined by newlines (no roles, no
+    template) and no token count."""
+
+    accepts = frozenset({"text"})
+
+    def __init__(self, stage_name: str) -> None:
+        self.stage_name = stage_name
+        self.max_model_len: int | None = None
+
+    def render_chat(self, messages: list[ChatMessage], options: ChatOptions) -> RenderedPrompt:
+        check_parts(messages, self)
+        text = "\n".join(m.text() for m in messages)
+        return RenderedPrompt(text, text, None)
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> RenderedPrompt:
+        return RenderedPrompt(text, text, None)
+
+    def tokens(self, token_ids: list[int]) -> RenderedPrompt:
+        return RenderedPrompt(list(token_ids), "", len(token_ids))
+
+    def decode(self, token_ids: list[int]) -> str:
+        return ""
+
+
+class TokenizerRenderer:
+    """A Hugging Face tokenizer's chat template (or ``chat_template``: inline Jinja or a file),
+    then its encoding without special tokens (the template adds them), as vLLM's server does.
+
+    Prompts become token ids, so the stage receives exactly the counted tokens; prompts of
+    ``max_model_len`` tokens or more, and token ids outside the vocabulary, are request errors.
+    """
+
+    accepts = frozenset({"text"})
+
+    def __init__(
+        self,
+        stage_name: str,
+        tokenizer_path: str | Path,
+        *,
+        max_model_len: int | None = None,
+        chat_template: str | None = None,
+        chat_template_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        from transformers import AutoTokenizer
+
+        self.stage_name = stage_name
+        self.max_model_len = max_model_len
+        self.tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_path))
+        self.vocab_size = len(self.tokenizer)
+        if chat_template is not None and Path(chat_template).is_file():
+            chat_template = Path(chat_template).read_text()
+        self.chat_template = chat_template
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+
+    def render_chat(self, messages: list[ChatMessage], options: ChatOptions) -> RenderedPrompt:
+        check_parts(messages, self)
+        if options.continue_final_message and options.add_generation_prompt:
+            raise RequestError(
+                "continue_final_message and add_generation_prompt cannot both be true",
+                param="continue_final_message",
+            )
+        conversation = [
+            {"role": "system" if m.role == "developer" else m.role, "content": m.text()}
+            | ({"name": m.name} if m.name else {})
+            for m in messages
+        ]
+        kwargs = {**self.chat_template_kwargs, **(options.chat_template_kwargs or {})}
+        try:
+            text = self.tokenizer.apply_chat_template(
+                conversation,
+                chat_template=self.chat_template,
+                add_generation_prompt=options.add_generation_prompt,
+                continue_final_message=options.continue_final_message,
+                tokenize=False,
+                **kwargs,
+            )
+        except Exception as exc:  # a template error is the request's (its kwargs, its messages)
+            raise RequestError(
+                f"stage '{self.stage_name}': the chat template failed: {exc}", param="messages"
+            ) from None
+        ids = self.tokenizer.encode(text, add_special_tokens=False)
+        return self._checked(ids, text, "messages")
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> RenderedPrompt:
+        ids = self.tokenizer.encode(text, add_special_tokens=add_special_tokens)
+        return self._checked(ids, text, "prompt")
+
+    def tokens(self, token_ids: list[int]) -> RenderedPrompt:
+        bad = [t for t in token_ids if not 0 <= t < self.vocab_size]
+        if bad:
+            raise RequestError(
+                f"prompt: token id {bad[0]} is outside the vocabulary of stage "
+                f"'{self.stage_name}' (0..{self.vocab_size - 1})",
+                param="prompt",
+            )
+        return self._checked(list(token_ids), None, "prompt")
+
+    def decode(self, token_ids: list[int]) -> str:
+        return str(self.tokenizer.decode(token_ids))
+
+    def _checked(self, ids: list[int], text: str | None, param: str) -> RenderedPrompt:
+        if not ids:
+            raise RequestError("the prompt is empty (no tokens)", param=param)
+        if self.max_model_len is not None and len(ids) >= self.max_model_len:
+            raise RequestError(
+                f"the prompt is {len(ids)} tokens; stage '{self.stage_name}' takes fewer than its "
+                f"max_model_len of {self.max_model_len}",
+                param=param,
+            )
+        return RenderedPrompt(ids, self.decode(ids) if text is None else text, len(ids))

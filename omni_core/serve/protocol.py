@@ -1,0 +1,258 @@
+"""Request bodies of the OpenAI routes, parsed in one place (pydantic, unknown fields rejected).
+
+``parse_body`` turns the raw body into a request model or one :class:`ApiError` (400) naming the
+field. Each request maps its sampling fields onto the first stage's
+:class:`~omni_core.sampling.SamplingParams` (vLLM's semantics; validated there).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal, TypeVar
+
+import msgspec
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from omni_core.chat import ChatMessage, ChatOptions
+from omni_core.serve.errors import ApiError
+
+# Fields OpenAI defines that change what a response means and that omni-core does not implement:
+# a 400 naming the field rather than a silently different answer.
+UNSUPPORTED = {
+    "tools": "tool calling",
+    "tool_choice": "tool calling",
+    "functions": "function calling",
+    "function_call": "function calling",
+    "parallel_tool_calls": "tool calling",
+    "logit_bias": "logit_bias",
+    "prediction": "predicted outputs",
+    "reasoning_effort": "reasoning models",
+    "web_search_options": "web search",
+    "suffix": "suffix (insertion)",
+    "best_of": "best_of",
+}
+# Fields OpenAI clients may send that do not change the result: accepted and ignored.
+IGNORED = ("user", "metadata", "store", "service_tier")
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    ignored: ClassVar[tuple[str, ...]] = IGNORED
+
+    @model_validator(mode="before")
+    @classmethod
+    def _unsupported(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for name, what in UNSUPPORTED.items():
+                if data.get(name) is not None:
+                    raise ApiError(400, f"'{name}': {what} is not supported", param=name)
+            return {k: v for k, v in data.items() if k not in cls.ignored}
+        return data
+
+
+class StreamOptions(_Body):
+    include_usage: bool = False
+    continuous_usage_stats: bool = False
+
+
+class AudioOptions(_Body):
+    voice: str
+    format: Literal["wav", "pcm16"] = "wav"
+
+
+class _Sampling(_Body):
+    """The sampling fields both text routes share (OpenAI's, plus vLLM's extras)."""
+
+    model: str
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    max_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    frequency_penalty: float | None = None
+    presence_penalty: float | None = None
+    repetition_penalty: float | None = None
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    n: int = Field(default=1, ge=1)
+
+    _SAMPLING: ClassVar[tuple[str, ...]] = (
+        "temperature",
+        "top_p",
+        "top_k",
+        "min_p",
+        "frequency_penalty",
+        "presence_penalty",
+        "repetition_penalty",
+        "seed",
+    )
+
+    def overrides(self) -> dict[str, Any]:
+        """The request's sampling fields as SamplingParams fields (only those it set)."""
+        out: dict[str, Any] = {
+            f: getattr(self, f) for f in self._SAMPLING if getattr(self, f) is not None
+        }
+        if self.n != 1:
+            out["n"] = self.n
+        max_tokens = self.max_output_tokens()
+        if max_tokens is not None:
+            out["max_tokens"] = max_tokens
+        if self.stop is not None:
+            out["stop"] = [self.stop] if isinstance(self.stop, str) else list(self.stop)
+        logprobs = self.num_logprobs()
+        if logprobs is not None:
+            out["logprobs"] = logprobs
+        return out
+
+    def max_output_tokens(self) -> int | None:
+        return self.max_tokens
+
+    def num_logprobs(self) -> int | None:
+        return None
+
+    @property
+    def include_usage(self) -> bool:
+        return self.stream_options is not None and self.stream_options.include_usage
+
+    @model_validator(mode="after")
+    def _stream_options_need_stream(self) -> _Sampling:
+        if self.stream_options is not None and not self.stream:
+            raise ApiError(
+                400,
+                "'stream_options' is only allowed when 'stream' is true",
+                param="stream_options",
+            )
+        return self
+
+
+class ChatCompletionRequest(_Sampling):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    logprobs: bool = False
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    modalities: list[Literal["text", "audio"]] | None = Field(default=None, min_length=1)
+    audio: AudioOptions | None = None
+    response_format: dict[str, Any] | None = None
+    # vLLM's chat extras
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    chat_template_kwargs: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _checks(self) -> ChatCompletionRequest:
+        if self.top_logprobs is not None and not self.logprobs:
+            raise ApiError(400, "'top_logprobs' needs 'logprobs': true", param="top_logprobs")
+        if self.response_format is not None and self.response_format.get("type") != "text":
+            raise ApiError(
+                400, "only response_format {'type': 'text'} is supported", param="response_format"
+            )
+        return self
+
+    def max_output_tokens(self) -> int | None:
+        return self.max_completion_tokens or self.max_tokens
+
+    def num_logprobs(self) -> int | None:
+        return (self.top_logprobs or 0) if self.logprobs else None
+
+    def chat_options(self) -> ChatOptions:
+        return ChatOptions(
+            add_generation_prompt=self.add_generation_prompt,
+            continue_final_message=self.continue_final_message,
+            chat_template_kwargs=self.chat_template_kwargs,
+        )
+
+
+class CompletionRequest(_Sampling):
+    prompt: str | list[int]
+    max_tokens: int | None = Field(default=16, ge=1)  # OpenAI's and vLLM's default here
+    echo: bool = False
+    logprobs: int | None = Field(default=None, ge=0, le=20)
+    add_special_tokens: bool = True
+
+    @field_validator("prompt", mode="before")
+    @classmethod
+    def _one_prompt(cls, prompt: Any) -> Any:
+        if isinstance(prompt, list) and prompt and isinstance(prompt[0], str | list):
+            if len(prompt) != 1:
+                raise ApiError(
+                    400,
+                    f"'prompt': {len(prompt)} prompts in one request are not supported; send one "
+                    "request per prompt",
+                    param="prompt",
+                )
+            prompt = prompt[0]
+        if prompt in ("", []):
+            raise ApiError(400, "'prompt' must not be empty", param="prompt")
+        return prompt
+
+    def num_logprobs(self) -> int | None:
+        return self.logprobs
+
+
+class ImageRequest(_Body):
+    prompt: str = Field(min_length=1)
+    model: str | None = None
+    n: int = Field(default=1, ge=1)
+    size: str | None = None
+    response_format: Literal["b64_json"] = "b64_json"
+    seed: int | None = None
+
+    def overrides(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"n": self.n} if self.n != 1 else {}
+        if self.seed is not None:
+            out["seed"] = self.seed
+        return out
+
+
+Body = TypeVar("Body", bound=BaseModel)
+
+
+def decode_json(raw: bytes, max_depth: int) -> dict[str, Any]:
+    """The body as a JSON object (strict JSON: no NaN/Infinity), nested at most ``max_depth``."""
+    try:
+        data = msgspec.json.decode(raw)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise ApiError(400, f"the request body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ApiError(400, f"the request body nests deeper than {max_depth} levels") from None
+    if not isinstance(data, dict):
+        raise ApiError(400, "the request body must be a JSON object")
+    if _depth(data, max_depth) > max_depth:
+        raise ApiError(400, f"the request body nests deeper than {max_depth} levels")
+    return data
+
+
+def _depth(value: Any, limit: int) -> int:
+    """Nesting depth of decoded JSON, stopping once past ``limit`` (iterative: no recursion)."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if deepest > limit:
+            return deepest
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
+    return deepest
+
+
+def parse_body(model: type[Body], data: dict[str, Any]) -> Body:
+    """A request model from a decoded body, or one 400 naming the first bad field."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        loc = [p for p in error["loc"] if not (isinstance(p, str) and p.startswith("function-"))]
+        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
+        message = error["msg"]
+        if error["type"] == "extra_forbidden":
+            message = "unknown field"
+        raise ApiError(400, f"'{where}': {message}", param=str(loc[0]) if loc else None) from None

@@ -1,0 +1,254 @@
+"""OpenAI response bodies built from a request's outputs: chat, completions, logprobs, usage.
+
+Responses carry the same fields as vLLM 0.32's OpenAI server (its vLLM-specific fields that
+omni-core does not fill are null), so a client written against vLLM reads them unchanged.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from omni_core.media import AudioChunk, wav_bytes
+from omni_core.outputs import OmniRequestOutput
+
+FINGERPRINT = "omni-core"
+NEVER_FILLED = {"kv_transfer_params": None, "ec_transfer_params": None, "metrics": None}
+
+
+def _floor(logprob: float) -> float:
+    return max(float(logprob), -9999.0)  # -inf is not JSON; OpenAI's floor
+
+
+def _token_text(entry: Any, token_id: int, decode: Callable[[list[int]], str]) -> str:
+    text = getattr(entry, "decoded_token", None)
+    return text if text is not None else decode([token_id])
+
+
+def chat_logprobs(
+    token_ids: list[int], steps: list[Any], top: int, decode: Callable[[list[int]], str]
+) -> list[dict[str, Any]]:
+    """OpenAI chat ``logprobs.content`` entries: one per token, with the first ``top`` of each
+    step's candidates (vLLM's order: the sampled token first)."""
+    content = []
+    for token_id, step in zip(token_ids, steps, strict=False):
+        own = step.get(token_id) if step else None
+        token = _token_text(own, token_id, decode)
+        entry: dict[str, Any] = {"token": token, "logprob": -9999.0, "bytes": _bytes(token)}
+        if own is not None:
+            entry["logprob"] = _floor(own.logprob)
+        candidates = []
+        for i, (cid, cand) in enumerate((step or {}).items()):
+            if i >= top:
+                break
+            text = _token_text(cand, cid, decode)
+            candidates.append(
+                {"token": text, "logprob": _floor(cand.logprob), "bytes": _bytes(text)}
+            )
+        entry["top_logprobs"] = candidates
+        content.append(entry)
+    return content
+
+
+def completion_logprobs(
+    token_ids: list[int],
+    steps: list[Any],
+    top: int,
+    decode: Callable[[list[int]], str],
+    offset: int = 0,
+) -> dict[str, Any]:
+    """OpenAI completion ``logprobs``: tokens, their logprobs, up to ``top`` + 1 candidates per
+    step and each token's offset in the text (a step without logprobs is null, as for echo's
+    first prompt token)."""
+    tokens: list[str] = []
+    values: list[float | None] = []
+    tops: list[dict[str, float] | None] = []
+    offsets: list[int] = []
+    for token_id, step in zip(token_ids, steps, strict=False):
+        own = step.get(token_id) if step else None
+        token = _token_text(own, token_id, decode)
+        offsets.append(offset)
+        offset += len(token)
+        tokens.append(token)
+        if own is None:
+            values.append(None)
+            tops.append(None)
+            continue
+        values.append(_floor(own.logprob))
+        tops.append(
+            {
+                _token_text(c, cid, decode): _floor(c.logprob)
+                for i, (cid, c) in enumerate(step.items())
+                if i <= top
+            }
+        )
+    return {
+        "text_offset": offsets,
+        "token_logprobs": values,
+        "tokens": tokens,
+        "top_logprobs": tops,
+    }
+
+
+def _bytes(text: str) -> list[int]:
+    return list(text.encode("utf-8", errors="replace"))
+
+
+@dataclass
+class Choice:
+    """What one choice (``index``) of a request produced, gathered from its outputs."""
+
+    text: str = ""
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[Any] = field(default_factory=list)
+    audio: list[AudioChunk] = field(default_factory=list)
+    audio_tokens: int = 0
+    finish_reason: str | None = None
+
+    def add(self, out: OmniRequestOutput) -> None:
+        if out.output_type == "text":
+            self.text += out.text
+            self.token_ids.extend(out.token_ids)
+            if out.logprobs:
+                self.logprobs.extend(out.logprobs)
+            if out.finish_reason:
+                self.finish_reason = out.finish_reason
+        elif out.output_type == "audio":
+            if isinstance(out.payload, AudioChunk):
+                self.audio.append(out.payload)
+            self.audio_tokens += len(out.token_ids)
+            if out.finish_reason and self.finish_reason is None:
+                self.finish_reason = out.finish_reason
+
+
+def gather(outputs: Iterable[OmniRequestOutput], n: int) -> list[Choice]:
+    choices = [Choice() for _ in range(n)]
+    for out in outputs:
+        if 0 <= out.index < n:
+            choices[out.index].add(out)
+    return choices
+
+
+def usage(prompt_tokens: int, choices: Iterable[Choice]) -> dict[str, Any]:
+    choices = list(choices)
+    text = sum(len(c.token_ids) for c in choices)
+    audio = sum(c.audio_tokens for c in choices)
+    return {
+        "prompt_tokens": prompt_tokens,
+        "total_tokens": prompt_tokens + text + audio,
+        "completion_tokens": text + audio,
+        "prompt_tokens_details": None,
+        "completion_tokens_details": {"audio_tokens": audio} if audio else None,
+    }
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+def chat_response(
+    choices: list[Choice],
+    *,
+    model: str,
+    prompt_tokens: int,
+    modalities: list[str],
+    top_logprobs: int | None,
+    decode: Callable[[list[int]], str],
+) -> dict[str, Any]:
+    body_choices = []
+    for index, choice in enumerate(choices):
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": choice.text,
+            "refusal": None,
+            "annotations": None,
+            "audio": None,
+            "function_call": None,
+            "reasoning": None,
+        }
+        if "audio" in modalities and choice.audio:
+            message["audio"] = {
+                "id": new_id("audio"),
+                "data": base64.b64encode(wav_bytes(choice.audio)).decode(),
+                "transcript": choice.text,
+                "expires_at": int(time.time()) + 3600,
+            }
+            if "text" not in modalities:
+                message["content"] = None
+        logprobs = None
+        if top_logprobs is not None:
+            steps = choice.logprobs
+            logprobs = {"content": chat_logprobs(choice.token_ids, steps, top_logprobs, decode)}
+        body_choices.append(
+            {
+                "index": index,
+                "message": message,
+                "logprobs": logprobs,
+                "finish_reason": choice.finish_reason or "stop",
+                "stop_reason": None,
+                "token_ids": None,
+                "routed_experts": None,
+            }
+        )
+    return {
+        "id": new_id("chatcmpl"),
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": body_choices,
+        "service_tier": None,
+        "system_fingerprint": FINGERPRINT,
+        "usage": usage(prompt_tokens, choices),
+        "prompt_logprobs": None,
+        "prompt_token_ids": None,
+        "prompt_text": None,
+        **NEVER_FILLED,
+    }
+
+
+def completion_response(
+    choices: list[Choice],
+    *,
+    model: str,
+    prompt_tokens: int,
+    echo: tuple[str, list[int], list[Any]] | None,
+    logprobs: int | None,
+    decode: Callable[[list[int]], str],
+) -> dict[str, Any]:
+    body_choices = []
+    for index, choice in enumerate(choices):
+        text, ids, steps = choice.text, choice.token_ids, list(choice.logprobs)
+        if echo is not None:
+            text = echo[0] + text
+            ids = echo[1] + ids
+            steps = echo[2] + steps
+        body_choices.append(
+            {
+                "index": index,
+                "text": text,
+                "logprobs": None
+                if logprobs is None
+                else completion_logprobs(ids, steps, logprobs, decode),
+                "finish_reason": choice.finish_reason or "stop",
+                "stop_reason": None,
+                "token_ids": None,
+                "prompt_logprobs": None,
+                "prompt_token_ids": None,
+                "routed_experts": None,
+            }
+        )
+    return {
+        "id": new_id("cmpl"),
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": body_choices,
+        "service_tier": None,
+        "system_fingerprint": FINGERPRINT,
+        "usage": usage(prompt_tokens, choices),
+        **NEVER_FILLED,
+    }

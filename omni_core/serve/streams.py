@@ -1,0 +1,166 @@
+"""Server-sent events of streamed chat completions and completions (OpenAI's chunk shapes).
+
+Deltas go out as the engine yields them; each choice's ``finish_reason`` comes in one closing
+chunk per choice; with ``stream_options.include_usage`` a last chunk with no choices carries the
+usage; then ``data: [DONE]``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from omni_core.media import AudioChunk, pcm16
+from omni_core.outputs import OmniRequestOutput
+from omni_core.serve.errors import ApiError
+from omni_core.serve.responses import (
+    FINGERPRINT,
+    Choice,
+    chat_logprobs,
+    completion_logprobs,
+    new_id,
+    usage,
+)
+
+Decode = Callable[[list[int]], str]
+
+
+def event(body: dict[str, Any]) -> str:
+    return f"data: {json.dumps(body, separators=(',', ':'))}\n\n"
+
+
+def error_event(exc: ApiError) -> str:
+    error = {"message": exc.message, "type": exc.type, "param": exc.param, "code": exc.code}
+    return event({"error": error})
+
+
+class _Chunks:
+    """Shared chunk framing and the usage bookkeeping of one streamed request."""
+
+    def __init__(self, prefix: str, obj: str, model: str, n: int) -> None:
+        self.head = {
+            "id": new_id(prefix),
+            "object": obj,
+            "created": int(time.time()),
+            "model": model,
+        }
+        self.choices = [Choice() for _ in range(n)]
+
+    def chunk(self, choices: list[dict[str, Any]], **extra: Any) -> str:
+        return event({**self.head, "choices": choices, **extra})
+
+    def tail(
+        self, usage_prompt: int | None, on_done: Callable[[dict[str, Any]], None] | None
+    ) -> list[str]:
+        spent = usage(usage_prompt or 0, self.choices)
+        if on_done is not None:
+            on_done(spent)
+        out = []
+        if usage_prompt is not None:
+            brief = {
+                k: v for k, v in spent.items() if v is not None and k != "prompt_tokens_details"
+            }
+            out.append(self.chunk([], usage=brief, system_fingerprint=FINGERPRINT))
+        out.append("data: [DONE]\n\n")
+        return out
+
+
+async def chat_chunks(
+    outputs: AsyncIterator[OmniRequestOutput],
+    *,
+    model: str,
+    n: int,
+    top_logprobs: int | None,
+    decode: Decode,
+    usage_prompt: int | None,
+    on_done: Callable[[dict[str, Any]], None] | None = None,
+) -> AsyncIterator[str]:
+    c = _Chunks("chatcmpl", "chat.completion.chunk", model, n)
+    for index in range(n):
+        role = {"index": index, "delta": {"role": "assistant", "content": ""}}
+        yield c.chunk(
+            [{**role, "logprobs": None, "finish_reason": None}],
+            prompt_token_ids=None,
+            prompt_text=None,
+        )
+    async for out in outputs:
+        if not 0 <= out.index < n:
+            continue
+        choice = c.choices[out.index]
+        choice.add(out)
+        delta: dict[str, Any] | None = None
+        logprobs = None
+        if out.output_type == "text" and (out.text or out.token_ids):
+            delta = {"content": out.text}
+            if top_logprobs is not None:
+                steps = list(out.logprobs or ())
+                logprobs = {"content": chat_logprobs(out.token_ids, steps, top_logprobs, decode)}
+        elif isinstance(out.payload, AudioChunk):
+            data = base64.b64encode(pcm16(out.payload.samples)).decode()
+            delta = {"audio": {"data": data, "transcript": ""}}
+        if delta is not None:
+            body = {"index": out.index, "delta": delta, "logprobs": logprobs}
+            yield c.chunk([{**body, "finish_reason": None, "token_ids": None}])
+    closing_extra = {} if usage_prompt is not None else {"system_fingerprint": FINGERPRINT}
+    for index, choice in enumerate(c.choices):
+        closing = {"index": index, "delta": {}, "logprobs": None}
+        reason = choice.finish_reason or "stop"
+        yield c.chunk(
+            [{**closing, "finish_reason": reason, "stop_reason": None, "token_ids": None}],
+            **closing_extra,
+        )
+    for tail in c.tail(usage_prompt, on_done):
+        yield tail
+
+
+async def completion_chunks(
+    outputs: AsyncIterator[OmniRequestOutput],
+    *,
+    model: str,
+    n: int,
+    logprobs: int | None,
+    decode: Decode,
+    echo: str | None,
+    usage_prompt: int | None,
+    on_done: Callable[[dict[str, Any]], None] | None = None,
+) -> AsyncIterator[str]:
+    c = _Chunks("cmpl", "text_completion", model, n)
+    offsets = [len(echo or "")] * n
+    pending_echo = [echo is not None] * n
+
+    def choice(index: int, text: str, lp: Any, finish: str | None) -> dict[str, Any]:
+        return {
+            "index": index,
+            "text": text,
+            "logprobs": lp,
+            "finish_reason": finish,
+            "stop_reason": None,
+            "prompt_token_ids": None,
+            "token_ids": None,
+        }
+
+    async for out in outputs:
+        if not 0 <= out.index < n or out.output_type != "text":
+            continue
+        c.choices[out.index].add(out)
+        if not (out.text or out.token_ids):
+            continue
+        text = out.text
+        if pending_echo[out.index]:
+            text = (echo or "") + text
+            pending_echo[out.index] = False
+        lp = None
+        if logprobs is not None:
+            steps = list(out.logprobs or ())
+            lp = completion_logprobs(out.token_ids, steps, logprobs, decode, offsets[out.index])
+            offsets[out.index] += sum(len(t) for t in lp["tokens"])
+        yield c.chunk([choice(out.index, text, lp, None)])
+    closing_extra = {} if usage_prompt is not None else {"system_fingerprint": FINGERPRINT}
+    for index, done in enumerate(c.choices):
+        text = (echo or "") if pending_echo[index] else ""
+        yield c.chunk([choice(index, text, None, done.finish_reason or "stop")], **closing_extra)
+    for tail in c.tail(usage_prompt, on_done):
+        yield tail
