@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from omni_core.config.pipeline import PipelineConfig
 from omni_core.config.settings import OmniSettings
 from omni_core.engine.async_engine import AsyncOmniEngine
-from omni_core.errors import EngineDeadError
+from omni_core.errors import EngineDeadError, RequestError
 from omni_core.plugin.hooks import PluginHost
 from omni_core.sampling import SamplingParams
 
@@ -31,6 +31,24 @@ stages:
      restart: {policy: on-failure, max_restarts: 1000000, backoff_s: 0}, final_output: true,
      final_output_type: audio}
 """
+
+
+MAX_REQUESTS = 10_000_000
+MAX_CONCURRENCY = 65_536
+
+
+def check_args(requests: int, concurrency: int) -> None:
+    """Raise RequestError unless both are in range (0 requests in flight would wait forever)."""
+    problems = [
+        f"chaos: {name} must be in 1..{limit} (got {value})"
+        for name, value, limit in (
+            ("requests", requests, MAX_REQUESTS),
+            ("concurrency", concurrency, MAX_CONCURRENCY),
+        )
+        if not 1 <= value <= limit
+    ]
+    if problems:
+        raise RequestError("; ".join(problems))
 
 
 @dataclass
@@ -72,6 +90,7 @@ class ChaosReport:
 async def run_chaos(
     requests: int = 10_000, concurrency: int = 256, seed: int = 0, bound_s: float = 30.0
 ) -> ChaosReport:
+    check_args(requests, concurrency)
     rng = random.Random(seed)
     settings = OmniSettings(shutdown_timeout_s=10)
     engine = AsyncOmniEngine(

@@ -8,12 +8,14 @@ import traceback
 from typing import Annotated
 
 import typer
+from pydantic import ValidationError
 
 from omni_core.config.settings import OmniSettings
 from omni_core.errors import ConfigError, OmniError, PluginError, RequestError
 from omni_core.plugin.hooks import PluginHost
 
 BAD_INPUT = 2
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 def report_error(exc: BaseException, debug: bool) -> int:
@@ -40,10 +42,44 @@ def report_error(exc: BaseException, debug: bool) -> int:
     return 1
 
 
+def load_settings() -> OmniSettings:
+    """``OmniSettings`` from the environment; a bad ``OMNI_*`` value is a ConfigError naming it."""
+    try:
+        settings = OmniSettings()
+    except ValidationError as exc:
+        raise ConfigError(
+            [
+                f"OMNI_{'_'.join(str(p) for p in err['loc']).upper()}: {err['msg']}"
+                for err in exc.errors()
+            ]
+        ) from None
+    log_level(settings.log_level, "OMNI_LOG_LEVEL")
+    return settings
+
+
+def log_level(value: str, where: str) -> str:
+    """``value`` as a logging level name, or a ConfigError naming ``where``."""
+    level = value.strip().upper()
+    if level not in LOG_LEVELS:
+        raise ConfigError(
+            [f"{where}: unknown log level '{value}' (one of {', '.join(LOG_LEVELS)})"]
+        )
+    return level
+
+
+def _log_level_option(value: str | None) -> str | None:
+    if value is None:
+        return None
+    try:
+        return log_level(value, "--log-level")
+    except ConfigError:
+        raise typer.BadParameter(f"'{value}' is not one of {', '.join(LOG_LEVELS)}") from None
+
+
 class CliState:
     def __init__(self, debug: bool) -> None:
         self.debug = debug
-        self.settings = OmniSettings()
+        self.settings = load_settings()
         self._host: PluginHost | None = None
 
     @property
@@ -69,13 +105,18 @@ def build_app(debug: bool = False) -> typer.Typer:
         debug_flag: Annotated[
             bool, typer.Option("--debug", help="Show full tracebacks and debug logs.")
         ] = False,
-        log_level: Annotated[
-            str | None, typer.Option("--log-level", help="Log level (default OMNI_LOG_LEVEL).")
+        level_name: Annotated[
+            str | None,
+            typer.Option(
+                "--log-level",
+                help=f"Log level: {', '.join(LOG_LEVELS)} (default OMNI_LOG_LEVEL).",
+                callback=_log_level_option,
+            ),
         ] = None,
     ) -> None:
-        level = "DEBUG" if debug_flag else (log_level or state.settings.log_level)
+        level = "DEBUG" if debug_flag else (level_name or state.settings.log_level.upper())
         logging.basicConfig(
-            level=level.upper(), stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s"
+            level=level, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s"
         )
 
     from omni_core.cli import bench, info, models, run, serve

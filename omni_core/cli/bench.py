@@ -51,6 +51,13 @@ def register(app: typer.Typer, state: CliState) -> None:
         unknown = [n for n in selected if n not in known]
         if unknown:
             raise fail(state, RequestError(f"unknown benchmark(s) {unknown}; known: {known}"))
+        if "chaos" in selected:
+            from omni_core.bench.chaos import check_args
+
+            try:
+                check_args(requests, concurrency)
+            except RequestError as exc:
+                raise fail(state, exc) from None
         if not state.debug:  # replica deaths and restarts are expected in chaos
             logging.getLogger("omni_core").setLevel(logging.ERROR)
         console = Console(width=160)

@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from omni_core.config.resolve import resolve_pipeline
+from omni_core.config.resolve import is_existing_path, resolve_pipeline
 from omni_core.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -38,14 +38,17 @@ def register(app: typer.Typer, state: CliState) -> None:
         first: ConfigError | None = None
         for file in files:
             try:
-                resolved = resolve_pipeline(file if file.exists() else str(file), state.host)
+                resolved = resolve_pipeline(
+                    file if is_existing_path(file) else str(file), state.host
+                )
             except ConfigError as exc:
                 problems.extend(exc.problems)
                 first = first or exc
             except Exception as exc:
                 raise fail(state, exc) from None
             else:
-                console.print(f"{file}: ok ({len(resolved.stages)} stages)")
+                ok = f"{file}: ok ({len(resolved.stages)} stages)"
+                console.print(ok, markup=False, soft_wrap=True)
         if problems:
             error = ConfigError(problems)
             error.__cause__ = first  # --debug shows where the first problem was found

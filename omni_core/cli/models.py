@@ -24,8 +24,15 @@ def register(app: typer.Typer, state: CliState) -> None:
     ) -> None:
         """Build demo models into $OMNI_CACHE_DIR/models (skips the ones already built)."""
         from omni_core.cli.app import fail
+        from omni_core.errors import RequestError
         from omni_core.models import MODELS, committed_checksums, ensure_model, tree_hashes
 
+        unknown = [n for n in names or () if n not in MODELS]
+        if unknown:
+            raise fail(
+                state,
+                RequestError(f"unknown demo model(s) {unknown} (known: {', '.join(MODELS)})"),
+            )
         console = Console()
         expected = committed_checksums()
         bad = []

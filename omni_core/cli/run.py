@@ -5,13 +5,15 @@ from __future__ import annotations
 import asyncio
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from omni_core.config.resolve import is_existing_path
+from omni_core.errors import RequestError
 from omni_core.outputs import OmniRequestOutput
 from omni_core.sampling import SamplingParams
 
@@ -31,16 +33,21 @@ def register(app: typer.Typer, state: CliState) -> None:
             str, typer.Option("--prompt", "-p", help="The prompt text.")
         ] = "Hello omni world",
         output_dir: Annotated[
-            Path, typer.Option("--output-dir", "-o", help="Where WAV/PNG outputs are written.")
+            Path,
+            typer.Option(
+                "--output-dir", "-o", file_okay=False, help="Where WAV/PNG outputs are written."
+            ),
         ] = Path("omni-out"),
-        max_tokens: Annotated[int | None, typer.Option(help="Max tokens per stage.")] = None,
+        max_tokens: Annotated[int | None, typer.Option(min=1, help="Max tokens per stage.")] = None,
         seed: Annotated[int | None, typer.Option(help="Sampling seed.")] = None,
-        temperature: Annotated[float | None, typer.Option(help="Sampling temperature.")] = None,
+        temperature: Annotated[
+            float | None, typer.Option(min=0, help="Sampling temperature.")
+        ] = None,
         modality: Annotated[
             list[str] | None, typer.Option("--modality", help="Final outputs wanted (repeat).")
         ] = None,
         runtime: Annotated[
-            str | None,
+            Literal["local", "ray"] | None,
             typer.Option(help="Stage runtime: 'local' or 'ray' (default: the pipeline's)."),
         ] = None,
     ) -> None:
@@ -55,7 +62,8 @@ def register(app: typer.Typer, state: CliState) -> None:
         if temperature is not None:
             overrides["temperature"] = temperature
         try:
-            target: Any = Path(pipeline) if Path(pipeline).exists() else pipeline
+            check_overrides(overrides)  # before any stage starts
+            target: Any = Path(pipeline) if is_existing_path(pipeline) else pipeline
             if runtime is not None:
                 target = with_runtime(target, runtime, state.host)
             engine = create_engine(target, settings=state.settings, plugins=state.host)
@@ -81,6 +89,15 @@ def register(app: typer.Typer, state: CliState) -> None:
         _write_media(outputs, output_dir)
         if outputs and outputs[-1].finish_reason in ("error", "abort", "timeout"):
             raise typer.Exit(1)
+
+
+def check_overrides(overrides: dict[str, Any]) -> None:
+    """Sampling options as SamplingParams parses them; the error names the options given."""
+    try:
+        SamplingParams.from_mapping(overrides)
+    except RequestError as exc:
+        given = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in overrides.items())
+        raise RequestError(f"{given}: {exc}") from None
 
 
 def with_runtime(target: Any, runtime: str, host: Any) -> Any:

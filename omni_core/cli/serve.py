@@ -16,15 +16,19 @@ def register(app: typer.Typer, state: CliState) -> None:
     def serve(
         pipeline: Annotated[str, typer.Argument(help="Pipeline file or name.")] = "tiny-omni",
         host: Annotated[str | None, typer.Option(help="Bind address (OMNI_HOST).")] = None,
-        port: Annotated[int | None, typer.Option(help="Port (OMNI_PORT).")] = None,
+        port: Annotated[
+            int | None, typer.Option(min=1, max=65535, help="Port (OMNI_PORT).")
+        ] = None,
         api_key: Annotated[
             str | None, typer.Option(help="Require 'Authorization: Bearer KEY' (OMNI_API_KEY).")
         ] = None,
         max_inflight: Annotated[
-            int | None, typer.Option(help="In-flight bound; past it: 429 (OMNI_MAX_INFLIGHT).")
+            int | None,
+            typer.Option(min=1, help="In-flight bound; past it: 429 (OMNI_MAX_INFLIGHT)."),
         ] = None,
         grace_s: Annotated[
-            float | None, typer.Option(help="On SIGTERM, time to finish in-flight (OMNI_GRACE_S).")
+            float | None,
+            typer.Option(min=0, help="On SIGTERM, time to finish in-flight (OMNI_GRACE_S)."),
         ] = None,
     ) -> None:
         """Serve one pipeline: /v1/chat/completions, /v1/images/generations, /v1/models,
@@ -33,9 +37,10 @@ def register(app: typer.Typer, state: CliState) -> None:
 
         settings = state.settings
         try:
+            from omni_core.config.resolve import is_existing_path
             from omni_core.serve.server import run_server
 
-            target: Any = Path(pipeline) if Path(pipeline).exists() else pipeline
+            target: Any = Path(pipeline) if is_existing_path(pipeline) else pipeline
             run_server(
                 target,
                 settings=settings,
@@ -43,7 +48,7 @@ def register(app: typer.Typer, state: CliState) -> None:
                 host=host or settings.host,
                 port=port if port is not None else settings.port,
                 api_key=api_key or settings.api_key,
-                max_inflight=max_inflight or settings.max_inflight,
+                max_inflight=max_inflight if max_inflight is not None else settings.max_inflight,
                 grace_s=grace_s if grace_s is not None else settings.grace_s,
             )
         except Exception as exc:

@@ -8,8 +8,9 @@ and the field.
 
 from __future__ import annotations
 
+import heapq
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -17,6 +18,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from omni_core.errors import ConfigError
 
 OutputType = Literal["text", "audio", "image", "tokens", "latent"]
+
+# Sane bounds: a typo (``replicas: 1e8``) is an error, never a machine-sized allocation.
+MAX_STAGES = 1024
+MAX_REPLICAS = 1024
+MAX_CHUNK = 65_536
+MAX_BACKOFF_S = 3600.0
+MAX_FILE_BYTES = 16 * 1024 * 1024
+
+FiniteNonNegative = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 
 class InputEdge(BaseModel):
@@ -27,7 +37,7 @@ class InputEdge(BaseModel):
 
     stage: int
     mode: Literal["on_finish", "stream"] = "on_finish"
-    chunk: int = Field(default=1, ge=1)
+    chunk: int = Field(default=1, ge=1, le=MAX_CHUNK)
 
 
 class RestartPolicy(BaseModel):
@@ -35,7 +45,7 @@ class RestartPolicy(BaseModel):
 
     policy: Literal["no", "on-failure"] = "no"
     max_restarts: int = Field(default=3, ge=0)
-    backoff_s: float = Field(default=0.5, ge=0)
+    backoff_s: float = Field(default=0.5, ge=0, le=MAX_BACKOFF_S, allow_inf_nan=False)
 
 
 class StageResources(BaseModel):
@@ -49,10 +59,10 @@ class StageResources(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    num_cpus: float | None = Field(default=None, ge=0)
-    num_gpus: float | None = Field(default=None, ge=0)
+    num_cpus: FiniteNonNegative | None = None
+    num_gpus: FiniteNonNegative | None = None
     node_ip: str | None = None
-    custom: dict[str, float] = Field(default_factory=dict)
+    custom: dict[str, FiniteNonNegative] = Field(default_factory=dict)
     strategy: Literal["DEFAULT", "SPREAD"] = "DEFAULT"
 
 
@@ -60,14 +70,14 @@ class StageConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     id: int
-    name: str
+    name: str = Field(min_length=1)
     kind: str
     engine_args: dict[str, Any] = Field(default_factory=dict)
     inputs: list[InputEdge] = Field(default_factory=list)
     bridge: str | None = None
     final_output: bool = False
     final_output_type: OutputType = "text"
-    replicas: int = Field(default=1, ge=1)
+    replicas: int = Field(default=1, ge=1, le=MAX_REPLICAS)
     sampling_params: dict[str, Any] = Field(default_factory=dict)
     restart: RestartPolicy = Field(default_factory=RestartPolicy)
     resources: StageResources = Field(default_factory=StageResources)
@@ -98,7 +108,7 @@ class PipelineConfig(BaseModel):
     runtime: Literal["local", "ray"] = "local"
     ray_address: str | None = None
     requires_plugins: list[str] = Field(default_factory=list)
-    stages: list[StageConfig]
+    stages: list[StageConfig] = Field(max_length=MAX_STAGES)
     source: str = Field(default="<python>", exclude=True)
 
     # --- construction -------------------------------------------------------------------------
@@ -106,9 +116,19 @@ class PipelineConfig(BaseModel):
     def from_yaml(cls, path: str | Path) -> PipelineConfig:
         path = Path(path)
         try:
-            text = path.read_text()
+            with path.open("rb") as file:  # bounded: /dev/zero or a huge file is an error
+                raw = file.read(MAX_FILE_BYTES + 1)
         except OSError as exc:
-            raise ConfigError([f"{path}: cannot read pipeline file: {exc.strerror}"]) from None
+            reason = exc.strerror or type(exc).__name__
+            raise ConfigError([f"{path}: cannot read pipeline file: {reason}"]) from None
+        if len(raw) > MAX_FILE_BYTES:
+            raise ConfigError([f"{path}: pipeline file is larger than {MAX_FILE_BYTES} bytes"])
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ConfigError(
+                [f"{path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})"]
+            ) from None
         return cls.from_yaml_text(text, source=str(path))
 
     @classmethod
@@ -120,6 +140,10 @@ class PipelineConfig(BaseModel):
             where = f":{mark.line + 1}" if mark is not None else ""
             problem = getattr(exc, "problem", None) or str(exc)
             raise ConfigError([f"{source}{where}: invalid YAML: {problem}"]) from None
+        except RecursionError:
+            raise ConfigError([f"{source}: invalid YAML: nested too deeply"]) from None
+        except ValueError as exc:  # a scalar YAML resolves but cannot build, e.g. 2024-13-45
+            raise ConfigError([f"{source}: invalid YAML value: {exc}"]) from None
         if not isinstance(data, dict):
             raise ConfigError([f"{source}: a pipeline must be a mapping with 'name' and 'stages'"])
         return cls.from_dict(data, source=source)
@@ -181,26 +205,25 @@ class PipelineConfig(BaseModel):
         return problems
 
     def _find_cycle(self) -> list[int] | None:
+        """A cycle's path (``[0, 1, 0]``) or None; iterative, so chains of any length are fine."""
         deps = {s.id: [e.stage for e in s.inputs] for s in self.stages}
-        state: dict[int, int] = {}
-
-        def visit(node: int, trail: list[int]) -> list[int] | None:
-            state[node] = 1
-            for dep in deps[node]:
-                if state.get(dep) == 1:
-                    return [*trail[trail.index(dep) :], dep] if dep in trail else [node, dep]
-                if dep not in state:
-                    found = visit(dep, [*trail, dep])
-                    if found:
-                        return found
-            state[node] = 2
-            return None
-
-        for sid in deps:
-            if sid not in state:
-                found = visit(sid, [sid])
-                if found:
-                    return found
+        state: dict[int, int] = {}  # 1: on the current trail, 2: done
+        for root in deps:
+            if root in state:
+                continue
+            state[root] = 1
+            trail, pending = [root], [iter(deps[root])]
+            while trail:
+                dep = next(pending[-1], None)
+                if dep is None:
+                    state[trail.pop()] = 2
+                    pending.pop()
+                elif state.get(dep) == 1:
+                    return [*trail[trail.index(dep) :], dep]
+                elif dep not in state:
+                    state[dep] = 1
+                    trail.append(dep)
+                    pending.append(iter(deps[dep]))
         return None
 
     def stage(self, stage_id: int) -> StageConfig:
@@ -214,18 +237,25 @@ class PipelineConfig(BaseModel):
         return [s.id for s in self.topological_order() if s.final_output]
 
     def topological_order(self) -> list[StageConfig]:
-        done: set[int] = set()
+        """Stages after their inputs; among ready stages, the one listed first (linear-ish)."""
+        index = {s.id: i for i, s in enumerate(self.stages)}
+        waiting = {s.id: len({e.stage for e in s.inputs}) for s in self.stages}
+        feeds: dict[int, list[int]] = {}
+        for stage in self.stages:
+            for upstream in {e.stage for e in stage.inputs}:
+                feeds.setdefault(upstream, []).append(stage.id)
+        ready = [index[sid] for sid, n in waiting.items() if n == 0]
+        heapq.heapify(ready)
         order: list[StageConfig] = []
-        pending = list(self.stages)
-        while pending:
-            for stage in pending:
-                if all(e.stage in done for e in stage.inputs):
-                    order.append(stage)
-                    done.add(stage.id)
-                    pending.remove(stage)
-                    break
-            else:  # pragma: no cover - structural_problems rejects cycles first
-                raise ConfigError([f"{self.source}: the stage graph has a cycle"])
+        while ready:
+            stage = self.stages[heapq.heappop(ready)]
+            order.append(stage)
+            for downstream in feeds.get(stage.id, ()):
+                waiting[downstream] -= 1
+                if waiting[downstream] == 0:
+                    heapq.heappush(ready, index[downstream])
+        if len(order) != len(self.stages):  # pragma: no cover - structural_problems rejects cycles
+            raise ConfigError([f"{self.source}: the stage graph has a cycle"])
         return order
 
     @property
@@ -266,14 +296,19 @@ def _raw_edge_problems(data: dict[str, Any], source: str) -> list[str]:
     if not isinstance(stages, list):
         return []
     raw = [s for s in stages if isinstance(s, dict)]
-    ids = {s.get("id") for s in raw}
+    ids = {s.get("id") for s in raw if _is_int(s.get("id"))}
     problems = []
     for stage in raw:
-        for edge in stage.get("inputs") or ():
+        edges = stage.get("inputs")
+        for edge in edges if isinstance(edges, list) else ():
             target = edge.get("stage") if isinstance(edge, dict) else edge
-            if isinstance(target, int) and target not in ids:
+            if _is_int(target) and target not in ids:
                 problems.append(
                     f"{source}: stage '{stage.get('name')}' (id {stage.get('id')}): "
                     f"field 'inputs': unknown stage id {target}"
                 )
     return problems
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

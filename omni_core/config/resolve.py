@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ValidationError
 
 from omni_core.config.pipeline import PipelineConfig, StageConfig
-from omni_core.errors import ConfigError
+from omni_core.errors import ConfigError, RequestError
 from omni_core.plugin.types import StageKind
+from omni_core.sampling import SamplingParams
 
 if TYPE_CHECKING:
     from omni_core.plugin.hooks import PluginHost
@@ -49,14 +50,27 @@ def load_pipeline(pipeline: str | Path | PipelineConfig, host: PluginHost) -> Pi
         return pipeline
     text = str(pipeline)
     named = host.pipelines()
-    if text in named and not Path(text).exists():
+    exists = is_existing_path(text)
+    if text in named and not exists:
         return named[text].load()
-    if text.endswith((".yaml", ".yml")) or Path(text).exists():
+    if text.endswith((".yaml", ".yml")) or exists:
         return PipelineConfig.from_yaml(text)
     known = ", ".join(sorted(named)) or "none"
-    raise ConfigError(
-        [f"{text}: not a pipeline file and not a registered pipeline (registered: {known})"]
-    )
+    problem = "not a pipeline file and not a registered pipeline"
+    raise ConfigError([f"{shorten(text)}: {problem} (registered: {known})"])
+
+
+def is_existing_path(text: str | Path) -> bool:
+    """Whether ``text`` names an existing file system entry (a name too long for one: no)."""
+    try:
+        return Path(text).exists()
+    except (OSError, ValueError):
+        return False
+
+
+def shorten(text: str, limit: int = 120) -> str:
+    """``text`` cut to ``limit`` characters for an error line."""
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
 
 
 def resolve_pipeline(pipeline: str | Path | PipelineConfig, host: PluginHost) -> ResolvedPipeline:
@@ -87,12 +101,17 @@ def resolve_pipeline(pipeline: str | Path | PipelineConfig, host: PluginHost) ->
             problems.append(f"{src}: field '{key}': unknown field")
             continue
         try:
-            sections[key] = section.model.model_validate(value or {}, context={"pipeline": config})
+            data = {} if value is None else value
+            sections[key] = section.model.model_validate(data, context={"pipeline": config})
         except ValidationError as exc:
             problems.extend(_model_problems(exc, f"{src}: section '{key}'", prefix=""))
     stages: dict[int, ResolvedStage] = {}
     for stage in config.stages:
         label = config.stage_label(stage)
+        try:  # as the engine does before it starts, so `config validate` reports it too
+            SamplingParams.from_mapping(stage.sampling_params)
+        except RequestError as exc:
+            problems.append(f"{label}: {exc}")
         kind = kinds.get(stage.kind)
         if kind is None:
             problems.append(
