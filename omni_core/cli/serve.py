@@ -20,8 +20,22 @@ def register(app: typer.Typer, state: CliState) -> None:
             int | None, typer.Option(min=1, max=65535, help="Port (OMNI_PORT).")
         ] = None,
         api_key: Annotated[
-            str | None, typer.Option(help="Require 'Authorization: Bearer KEY' (OMNI_API_KEY).")
+            str | None,
+            typer.Option(
+                help="Require 'Authorization: Bearer KEY' on every route but /health "
+                "(OMNI_API_KEY)."
+            ),
         ] = None,
+        api_key_file: Annotated[
+            Path | None,
+            typer.Option(help="Read the API key from this file's first line (OMNI_API_KEY_FILE)."),
+        ] = None,
+        public_metrics: Annotated[
+            bool,
+            typer.Option(
+                "--public-metrics", help="Serve /metrics and /openapi.json without the key."
+            ),
+        ] = False,
         max_inflight: Annotated[
             int | None,
             typer.Option(min=1, help="In-flight bound; past it: 429 (OMNI_MAX_INFLIGHT)."),
@@ -38,7 +52,7 @@ def register(app: typer.Typer, state: CliState) -> None:
         settings = state.settings
         try:
             from omni_core.config.resolve import is_existing_path
-            from omni_core.serve.server import run_server
+            from omni_core.serve.server import api_key_of, run_server
 
             target: Any = Path(pipeline) if is_existing_path(pipeline) else pipeline
             run_server(
@@ -47,7 +61,11 @@ def register(app: typer.Typer, state: CliState) -> None:
                 plugins=state.host,
                 host=host or settings.host,
                 port=port if port is not None else settings.port,
-                api_key=api_key or settings.api_key,
+                api_key=api_key_of(
+                    api_key or (None if api_key_file else settings.api_key),
+                    api_key_file or (None if api_key else settings.api_key_file),
+                ),
+                public_metrics=public_metrics or settings.public_metrics,
                 max_inflight=max_inflight if max_inflight is not None else settings.max_inflight,
                 grace_s=grace_s if grace_s is not None else settings.grace_s,
             )

@@ -1,0 +1,245 @@
+"""Differential test: the same OpenAI client calls against vLLM's own OpenAI server and against
+``omni serve`` on a one-stage pipeline (the tiny thinker on vLLM), same model directory.
+
+Greedy text equal, usage equal, logprob tokens equal with values within 1e-4, and the field sets
+of responses and of streamed chunks equal. (Chunk boundaries may differ: vLLM's server merges
+tokens that arrive together, so chunks are compared by the union of their fields.)
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import httpx
+import openai
+import pytest
+
+from omni_core.config.settings import OmniSettings
+from omni_core.models import resolve_model
+from tests.serve.conftest import free_port, running_server
+
+MODEL = "tiny-chat"
+PIPE = f"""
+name: {MODEL}
+stages:
+  - id: 0
+    name: thinker
+    kind: vllm
+    engine_args: {{model: tiny-thinker, max_model_len: 512}}
+    final_output: true
+"""
+TOL = 1e-4
+MESSAGES = [
+    {"role": "system", "content": "You answer briefly."},
+    {"role": "user", "content": "hello there, what is the colour of the sea?"},
+    {"role": "assistant", "content": "blue"},
+    {"role": "user", "content": [{"type": "text", "text": "and"}, {"type": "text", "text": "sky"}]},
+]
+
+
+@pytest.fixture(scope="module")
+def vllm_base():
+    model = resolve_model("tiny-thinker", OmniSettings().cache_dir)
+    port = free_port()
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_LOGGING_LEVEL": "ERROR"}
+    cmd = [
+        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+        "--model", model, "--served-model-name", MODEL, "--max-model-len", "512",
+        "--dtype", "float32", "--enforce-eager", "--host", "127.0.0.1", "--port", str(port),
+    ]  # fmt: skip
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 240
+    try:
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"vLLM's server exited: {proc.stderr.read().decode()[-2000:]}")
+            try:
+                if httpx.get(f"{base}/v1/models", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("vLLM's server did not start within 240 s")
+            time.sleep(0.5)
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@pytest.fixture(scope="module")
+def omni_base():
+    with running_server(PIPE) as (base, _, _):
+        yield base
+
+
+@pytest.fixture(scope="module")
+def clients(vllm_base, omni_base):
+    def make(base: str) -> openai.OpenAI:
+        return openai.OpenAI(base_url=f"{base}/v1", api_key="x", max_retries=0, timeout=120)
+
+    return make(vllm_base), make(omni_base)
+
+
+def both(clients, call):
+    reference, ours = clients
+    return call(reference), call(ours)
+
+
+def keys(obj) -> set[str]:
+    return set(obj.model_dump().keys())
+
+
+def close(a, b) -> bool:
+    return abs(a - b) <= TOL
+
+
+def test_chat_whole_matches_vllm(clients):
+    ref, got = both(
+        clients,
+        lambda c: c.chat.completions.create(
+            model=MODEL,
+            messages=MESSAGES,
+            max_tokens=12,
+            temperature=0,
+            logprobs=True,
+            top_logprobs=3,
+        ),
+    )
+    assert got.choices[0].message.content == ref.choices[0].message.content
+    assert got.choices[0].finish_reason == ref.choices[0].finish_reason == "length"
+    assert got.usage.model_dump() == ref.usage.model_dump()
+    assert got.usage.prompt_tokens > 20  # the template's roles and markers were counted
+    ref_lp, got_lp = ref.choices[0].logprobs.content, got.choices[0].logprobs.content
+    assert [e.token for e in got_lp] == [e.token for e in ref_lp]
+    assert all(close(a.logprob, b.logprob) for a, b in zip(got_lp, ref_lp, strict=True))
+    for a, b in zip(got_lp, ref_lp, strict=True):
+        assert [t.token for t in a.top_logprobs] == [t.token for t in b.top_logprobs]
+        assert [t.bytes for t in a.top_logprobs] == [t.bytes for t in b.top_logprobs]
+        assert all(close(x.logprob, y.logprob) for x, y in zip(a.top_logprobs, b.top_logprobs))
+    assert keys(got) == keys(ref)
+    assert keys(got.choices[0]) == keys(ref.choices[0])
+    assert keys(got.choices[0].message) == keys(ref.choices[0].message)
+
+
+def test_chat_stream_with_usage_matches_vllm(clients):
+    def call(c):
+        stream = c.chat.completions.create(
+            model=MODEL,
+            messages=MESSAGES[:2],
+            max_tokens=10,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+            logprobs=True,
+        )
+        return list(stream)
+
+    ref, got = both(clients, call)
+
+    def text(chunks):
+        return "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+
+    def tokens(chunks):
+        return [
+            (e.token, e.logprob)
+            for ch in chunks
+            if ch.choices and ch.choices[0].logprobs
+            for e in ch.choices[0].logprobs.content
+        ]
+
+    assert text(got) == text(ref)
+    assert [t for t, _ in tokens(got)] == [t for t, _ in tokens(ref)]
+    assert all(close(a, b) for (_, a), (_, b) in zip(tokens(got), tokens(ref), strict=True))
+    assert got[-1].usage.model_dump() == ref[-1].usage.model_dump()
+    assert [ch.choices[0].finish_reason for ch in got if ch.choices][-1] == "length"
+    assert set().union(*map(keys, got)) == set().union(*map(keys, ref))
+    choice_keys = [set().union(*(keys(ch.choices[0]) for ch in s if ch.choices)) for s in (got, ref)]
+    assert choice_keys[0] == choice_keys[1]
+
+
+@pytest.mark.parametrize("prompt", ["the quick brown fox", [1, 331, 1108, 500, 262]])
+def test_completion_matches_vllm(clients, prompt):
+    ref, got = both(
+        clients,
+        lambda c: c.completions.create(
+            model=MODEL, prompt=prompt, max_tokens=8, temperature=0, logprobs=2
+        ),
+    )
+    assert got.choices[0].text == ref.choices[0].text
+    assert got.usage.model_dump() == ref.usage.model_dump()
+    a, b = got.choices[0].logprobs, ref.choices[0].logprobs
+    assert a.tokens == b.tokens and a.text_offset == b.text_offset
+    assert all(close(x, y) for x, y in zip(a.token_logprobs, b.token_logprobs, strict=True))
+    assert [list(d) for d in a.top_logprobs] == [list(d) for d in b.top_logprobs]
+    assert keys(got) == keys(ref) and keys(got.choices[0]) == keys(ref.choices[0])
+
+
+def test_completion_stream_with_echo_matches_vllm(clients):
+    def call(c):
+        return list(
+            c.completions.create(
+                model=MODEL,
+                prompt="hello world",
+                max_tokens=6,
+                temperature=0,
+                echo=True,
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+        )
+
+    ref, got = both(clients, call)
+
+    def text(chunks):
+        return "".join(ch.choices[0].text for ch in chunks if ch.choices)
+
+    assert text(got) == text(ref) and text(got).startswith("hello world")
+    assert got[-1].usage.model_dump() == ref[-1].usage.model_dump()
+    assert set().union(*map(keys, got)) == set().union(*map(keys, ref))
+
+
+def test_sampling_fields_reach_the_stage_as_in_vllm(clients):
+    """Seeded sampling with every sampling field: the same draw on both sides (each field is
+    passed through with vLLM's semantics, or the texts would part)."""
+    fields = dict(
+        temperature=0.9,
+        top_p=0.8,
+        seed=1234,
+        frequency_penalty=0.5,
+        presence_penalty=0.3,
+        stop=["zz"],
+        extra_body={"top_k": 20, "min_p": 0.01, "repetition_penalty": 1.2},
+    )
+    ref, got = both(
+        clients,
+        lambda c: c.chat.completions.create(
+            model=MODEL, messages=MESSAGES[:2], max_tokens=16, n=2, **fields
+        ),
+    )
+    assert [ch.message.content for ch in got.choices] == [ch.message.content for ch in ref.choices]
+    greedy = clients[1].chat.completions.create(
+        model=MODEL, messages=MESSAGES[:2], max_tokens=16, temperature=0
+    )
+    assert got.choices[0].message.content != greedy.choices[0].message.content
+
+
+def test_bad_requests_are_rejected_like_vllm(clients):
+    for body in (
+        {"temperature": -1},
+        {"top_p": 0},
+        {"top_logprobs": 3},  # without logprobs
+        {"max_tokens": 0},
+    ):
+        for c in clients:
+            with pytest.raises(openai.BadRequestError):
+                c.chat.completions.create(
+                    model=MODEL, messages=MESSAGES[:2], **{k: v for k, v in body.items()}
+                )
