@@ -80,6 +80,7 @@ class CliState:
     def __init__(self, debug: bool) -> None:
         self.debug = debug
         self.settings = load_settings()
+        self.log_level_chosen = False  # --debug, --log-level or OMNI_LOG_LEVEL given
         self._host: PluginHost | None = None
 
     @property
@@ -114,6 +115,9 @@ def build_app(debug: bool = False) -> typer.Typer:
             ),
         ] = None,
     ) -> None:
+        state.log_level_chosen = bool(
+            debug_flag or level_name or "log_level" in state.settings.model_fields_set
+        )
         level = "DEBUG" if debug_flag else (level_name or state.settings.log_level.upper())
         logging.basicConfig(
             level=level, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -50,6 +51,8 @@ def register(app: typer.Typer, state: CliState) -> None:
         from omni_core.cli.app import fail
 
         settings = state.settings
+        if not state.log_level_chosen:  # a server says what it does: routine messages at INFO
+            logging.getLogger().setLevel(logging.INFO)
         try:
             from omni_core.config.resolve import is_existing_path
             from omni_core.serve.server import api_key_of, run_server

@@ -54,7 +54,7 @@ def ensure_model(name: str, cache_dir: Path) -> Path:
         import shutil
 
         shutil.rmtree(staging)
-    logger.warning("building demo model %s in %s", name, target)
+    logger.info("building demo model %s in %s", name, target)
     build_model(name, staging)
     (staging / ".complete").write_text("ok\n")
     if target.exists():

@@ -30,18 +30,20 @@ def running_server(
     tracer_provider: Any = None,
     plugins: tuple[tuple[str, Any], ...] | list[tuple[str, Any]] = (),
     entry_points: bool = False,
+    settings: OmniSettings | None = None,
 ) -> Iterator[tuple[str, Any, Any]]:
     """Yields ``(base_url, engine, metrics)``; stops the server and the engine afterwards.
 
     ``pipeline``: a name, a file, a config or YAML text. ``plugins``: extra (name, plugin)
-    pairs; ``entry_points``: also load installed plugins.
+    pairs; ``entry_points``: also load installed plugins. ``settings``: the engine's and the
+    server's (limits, ``public_metrics``); default: the environment's, with a 5 s shutdown.
     """
     import uvicorn
 
     from omni_core.serve.app import create_app
     from omni_core.serve.server import build
 
-    settings = OmniSettings(shutdown_timeout_s=5)
+    settings = settings or OmniSettings(shutdown_timeout_s=5)
     if isinstance(pipeline, str) and "\n" in pipeline:
         pipeline = PipelineConfig.from_yaml_text(pipeline, source="<test pipeline>")
     host = PluginHost.create(settings, load_entry_points=entry_points)
