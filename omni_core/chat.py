@@ -86,7 +86,7 @@ def parse_messages(messages: Any) -> list[ChatMessage]:
         where = "messages" + "".join(
             f"[{p}]" if isinstance(p, int) else f".{p}" for p in error["loc"] if p != "function"
         )
-        raise RequestError(f"{where}: {error['msg']}", param=where.split(".")[0]) from None
+        raise RequestError(f"{where}: {error['msg']}", param=where) from None
 
 
 @dataclass(frozen=True, slots=True)

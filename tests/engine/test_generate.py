@@ -173,3 +173,30 @@ async def test_gc_threshold_setting_applies_when_the_engine_starts(make_engine, 
         assert len(await collect(engine, "x")) == 7
     finally:
         gc.set_threshold(*before)
+
+
+async def test_generate_takes_chat_messages_rendered_by_the_first_stage(make_engine):
+    engine = make_engine(CHAIN)
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "hello"}]
+    from_chat = by_stage(await collect(engine, None, messages=messages))
+    rendered = engine.render_chat(messages)
+    assert rendered.prompt == "s\nhello" and rendered.num_tokens is None  # scripted: no tokenizer
+    assert from_chat == by_stage(await collect(engine, rendered.prompt))
+    assert from_chat != by_stage(await collect(engine, "hello"))  # the system message counted
+    with pytest.raises(RequestError, match="either a prompt or messages"):
+        await collect(engine, "x", messages=messages)
+    with pytest.raises(
+        RequestError, match=r"messages\[0\]\.content\[0\]: content part 'input_audio'"
+    ):
+        await collect(
+            engine,
+            None,
+            messages=[
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "input_audio", "input_audio": {"data": "", "format": "wav"}}
+                    ],
+                }
+            ],
+        )
