@@ -301,3 +301,32 @@ def test_sigterm_drains_in_flight_requests(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_token_counters_agree_with_usage(server):
+    base, _, metrics = server
+    c = client(base)
+
+    def counted():
+        prompt = metrics.prompt_tokens._value.get()
+        text = metrics.completion_tokens.labels("text")._value.get()
+        return prompt, text
+
+    before = counted()
+    whole = c.chat.completions.create(
+        model="chat-test", messages=[{"role": "user", "content": "hi"}], max_tokens=3
+    )
+    chunks = list(
+        c.completions.create(
+            model="chat-test",
+            prompt=[5, 6, 7],
+            max_tokens=2,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    streamed = chunks[-1].usage
+    assert streamed.prompt_tokens == 3 and streamed.completion_tokens == 2
+    after = counted()
+    assert after[0] - before[0] == whole.usage.prompt_tokens + streamed.prompt_tokens
+    assert after[1] - before[1] == whole.usage.completion_tokens + streamed.completion_tokens == 5
