@@ -32,6 +32,17 @@ def register(app: typer.Typer, state: CliState) -> None:
         prompt: Annotated[
             str, typer.Option("--prompt", "-p", help="The prompt text.")
         ] = "Hello omni world",
+        system: Annotated[
+            str | None, typer.Option("--system", help="A system message before the prompt.")
+        ] = None,
+        raw: Annotated[
+            bool,
+            typer.Option(
+                "--raw",
+                help="Send the prompt as is, not as a chat message rendered by the first "
+                "stage's chat template (as omni serve's chat route does).",
+            ),
+        ] = False,
         output_dir: Annotated[
             Path,
             typer.Option(
@@ -80,7 +91,13 @@ def register(app: typer.Typer, state: CliState) -> None:
                         (s, engine.pipeline.stages[s].name) for s in engine.pipeline.stages
                     )
                 }
-            outputs = asyncio.run(_stream(engine, prompt, params, modality))
+            request: dict[str, Any] = {"prompt": prompt}
+            if not raw:
+                system_message = [{"role": "system", "content": system}] if system else []
+                request = {"messages": [*system_message, {"role": "user", "content": prompt}]}
+            elif system:
+                raise RequestError("--system needs the chat template (drop --raw)")
+            outputs = asyncio.run(_stream(engine, request, params, modality))
         except Exception as exc:
             raise fail(state, exc) from None
         finally:
@@ -111,7 +128,7 @@ def with_runtime(target: Any, runtime: str, host: Any) -> Any:
 
 
 async def _stream(
-    engine: Any, prompt: str, params: Any, modalities: list[str] | None
+    engine: Any, request: dict[str, Any], params: Any, modalities: list[str] | None
 ) -> list[OmniRequestOutput]:
     err = Console(stderr=True)
     outputs: list[OmniRequestOutput] = []
@@ -125,7 +142,7 @@ async def _stream(
         console=err,
         transient=True,
     ) as progress:
-        async for out in engine.generate(prompt, sampling_params=params, modalities=modalities):
+        async for out in engine.generate(**request, sampling_params=params, modalities=modalities):
             outputs.append(out)
             if out.stage_name not in tasks:
                 tasks[out.stage_name] = progress.add_task(out.stage_name, total=None)

@@ -91,3 +91,16 @@ def test_chaos_small_run_is_clean():
     result = omni("bench", "chaos", "--requests", "200", "--concurrency", "50")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "terminals/request   {1: 200}" in result.stdout
+
+
+def test_run_sends_the_prompt_as_a_chat_unless_raw():
+    def thinker_text(*args: str) -> str:
+        result = omni("run", "scripted-chain", "--prompt", "hello", *args)
+        assert result.returncode == 0, result.stderr
+        return result.stdout.split("\n")[0]
+
+    chat, raw = thinker_text(), thinker_text("--raw")
+    assert chat == raw  # one user message renders to its text on a kind without a template
+    assert thinker_text("--system", "be brief") != chat  # the system message is in the prompt
+    bad = omni("run", "scripted-chain", "--raw", "--system", "x")
+    assert bad.returncode == 2 and "--system needs the chat template" in bad.stderr
