@@ -34,6 +34,10 @@ def test_chat_with_audio_returns_a_wav_and_transcript(omni_server):
     assert wav.getframerate() == 16000 and wav.getnframes() > 0
     frames = wav.readframes(wav.getnframes())
     assert max(abs(s) for s in struct.unpack(f"<{len(frames) // 2}h", frames)) > 1000
+    usage = reply.usage  # audio tokens: the codec tokens voiced, 320 samples each
+    assert usage.completion_tokens_details.audio_tokens * 320 == wav.getnframes()
+    assert usage.completion_tokens > usage.completion_tokens_details.audio_tokens
+    assert usage.prompt_tokens > len("Say hello".split()) + 2  # the chat template's tokens too
 
 
 def test_streamed_chat_with_audio_sends_pcm16_deltas(omni_server):
