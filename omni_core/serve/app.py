@@ -163,7 +163,7 @@ def create_app(
             )
         rendered = renderer.render_chat(body.messages, body.chat_options())
         params = stage_params(body.overrides())
-        top = body.top_logprobs or 0 if body.logprobs else None
+        top = body.num_logprobs()
         run = Run(request, engine, admission, rendered, params, modalities)
         if body.stream:
             first = await run.start()
@@ -173,7 +173,7 @@ def create_app(
                 n=body.n,
                 top_logprobs=top,
                 decode=renderer.decode,
-                usage_prompt=rendered.num_tokens or 0 if body.include_usage else None,
+                usage_prompt=(rendered.num_tokens or 0) if body.include_usage else None,
                 on_done=metrics.count_usage,
             )
             return StreamingResponse(run.sse(chunks), media_type="text/event-stream")
@@ -220,7 +220,7 @@ def create_app(
                 logprobs=body.logprobs,
                 decode=renderer.decode,
                 echo=echo[0] if echo else None,
-                usage_prompt=rendered.num_tokens or 0 if body.include_usage else None,
+                usage_prompt=(rendered.num_tokens or 0) if body.include_usage else None,
                 on_done=metrics.count_usage,
             )
             return StreamingResponse(run.sse(chunks), media_type="text/event-stream")
