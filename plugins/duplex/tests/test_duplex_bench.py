@@ -45,3 +45,24 @@ async def test_barge_in_fails_its_check_when_the_reply_ends_first(duplex):
 def test_percentiles():
     values = [float(v) for v in range(1, 101)]
     assert bench.pct(values, 0.5) == 51 and bench.pct(values, 0.99) == 100
+
+
+async def test_barge_in_with_either_vad(duplex):
+    engine = duplex(thinker=SLOW)
+    silero, _ = await bench.barge_in(engine, 1)  # the pipeline's default VAD
+    energy, _ = await bench.barge_in(engine, 1, vad="energy")
+    # both need the minimum speech duration; Silero decides on 32 ms windows
+    assert bench.MIN_SPEECH_MS / 1000 <= energy[0] < 2
+    assert bench.MIN_SPEECH_MS / 1000 <= silero[0] < 2
+
+
+def test_vad_rows_put_silero_beside_energy_and_check_its_figures(monkeypatch):
+    rows = {r.figure: r for r in bench.vad_rows()}
+    false_silero = rows["VAD false barge-ins (silero)"].value
+    assert false_silero <= 5 < rows["VAD false barge-ins (energy)"].value
+    assert rows["VAD speech detected (silero)"].value >= 95
+    cost = rows["VAD cost per 20 ms chunk p50 (silero)"]
+    assert cost.unit == "µs" and cost.baseline_name == "energy" and cost.value > 0
+    monkeypatch.setattr(bench, "MIN_SPEECH_DETECTED", 1.01)  # more than every clip
+    with pytest.raises(CheckFailed, match="Silero VAD below its figures"):
+        bench.vad_rows()

@@ -148,7 +148,8 @@ async def test_exactly_one_terminal_per_session_under_random_disconnects(duplex)
     )
     rng = random.Random(7)
     sessions = [
-        await engine.open_session({"turn_detection": {"silence_duration_ms": 60}})
+        # the energy VAD: the random tones start and end turns
+        await engine.open_session({"turn_detection": {"vad": "energy", "silence_duration_ms": 60}})
         for _ in range(12)
     ]
 

@@ -3,7 +3,16 @@
 from __future__ import annotations
 
 import pytest
-from duplex_helpers import of_type, send_audio, silence, stage_running, tone, until
+from duplex_helpers import (
+    clip_ms,
+    of_type,
+    send_audio,
+    silence,
+    spoken,
+    stage_running,
+    tone,
+    until,
+)
 
 from omni_duplex import protocol as P
 from omni_duplex.engine import DuplexOmniEngine
@@ -45,6 +54,27 @@ async def test_text_turn_streams_text_and_audio_then_close_cleans_up(duplex):
 async def test_server_vad_detects_speech_commits_and_responds(duplex):
     engine = duplex()
     session = await engine.open_session({"turn_detection": {"silence_duration_ms": 200}})
+    created = (await until(session, of_type(P.SESSION_CREATED)))[-1]
+    assert created.data["session"]["turn_detection"]["vad"] == "silero"  # the default
+    speech = spoken()
+    send_audio(session, silence(200) + speech + silence(500))
+    events = await until(session, of_type(P.RESPONSE_DONE))
+    kinds = [e.type for e in events]
+    assert kinds[:4] == [P.SPEECH_STARTED, P.SPEECH_STOPPED, P.INPUT_COMMITTED, P.RESPONSE_CREATED]
+    started, stopped = events[0], events[1]
+    # Silero scores 32 ms windows; the clip starts with 20 ms of near-silence
+    assert 200 - 32 <= started.data["audio_start_ms"] <= 200 + 100
+    end = 200 + clip_ms(speech)
+    assert end - 100 <= stopped.data["audio_end_ms"] <= end + 200
+    assert events[2].data["audio_ms"] >= clip_ms(speech) - 100
+    assert events[-1].data["status"] == "completed"
+
+
+async def test_energy_vad_detects_a_loud_tone_at_its_frame_times(duplex):
+    engine = duplex()
+    session = await engine.open_session(
+        {"turn_detection": {"vad": "energy", "silence_duration_ms": 200}}
+    )
     await until(session, of_type(P.SESSION_CREATED))
     send_audio(session, silence(200) + tone(400) + silence(300))
     events = await until(session, of_type(P.RESPONSE_DONE))
@@ -88,7 +118,7 @@ async def test_barge_in_cancels_before_anything_new_and_aborts_every_stage(duple
     old = next(e for e in first if e.type == P.RESPONSE_CREATED).data["response_id"]
     assert len(await stage_running(engine)) >= 1
 
-    send_audio(session, tone(300) + silence(300))  # the user speaks over it
+    send_audio(session, spoken() + silence(500))  # the user speaks over it
     events = await until(
         session, lambda e: e.type == P.RESPONSE_DONE and e.data["response_id"] != old
     )
@@ -103,8 +133,8 @@ async def test_barge_in_cancels_before_anything_new_and_aborts_every_stage(duple
     }
     assert i_start < i_cancel
     # what was already spoken is kept in the cancelled terminal
-    spoken = "".join(e.data["delta"] for e in first + events[:i_cancel] if e.type == P.TEXT_DELTA)
-    assert events[i_cancel].data["text"] == spoken and spoken
+    said = "".join(e.data["delta"] for e in first + events[:i_cancel] if e.type == P.TEXT_DELTA)
+    assert events[i_cancel].data["text"] == said and said
     # nothing of the old response (or the old epoch) after its terminal
     after = events[i_cancel + 1 :]
     assert all(e.data.get("response_id") != old for e in after)

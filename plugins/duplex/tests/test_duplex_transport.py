@@ -10,7 +10,7 @@ import time
 import wave
 from contextlib import contextmanager
 
-from duplex_helpers import pipeline, register, silence, tone
+from duplex_helpers import pipeline, register, silence, spoken
 from omni_core.testing.server import running_server
 from websockets.asyncio.client import connect
 
@@ -69,7 +69,7 @@ async def test_realtime_websocket_turn_barge_in_and_disconnect(fake_entry_points
                 )
             )
             await recv_until(ws, "session.updated")
-            await append(ws, tone(300) + silence(300))
+            await append(ws, spoken() + silence(500))
             seen = await recv_until(ws, "response.output_audio.delta")
             kinds = [e["type"] for e in seen]
             assert kinds[:4] == [
@@ -82,7 +82,7 @@ async def test_realtime_websocket_turn_barge_in_and_disconnect(fake_entry_points
             assert len(base64.b64decode(seen[-1]["delta"])) > 0
             first = seen[3]["response"]["id"]
             # barge-in: the user speaks while the reply plays
-            await append(ws, tone(200) + silence(300))
+            await append(ws, spoken("speech_interrupt") + silence(500))
             seen = await recv_until(ws, "response.done")
             while seen[-1]["response"]["id"] != first:
                 seen = await recv_until(ws, "response.done", seen)
@@ -119,7 +119,7 @@ async def test_talk_in_process_writes_reply_and_timeline(duplex, tmp_path):
     engine = duplex(
         section="{model: test-voice, session_defaults: {turn_detection: {silence_duration_ms: 200}}}"
     )
-    wav = write_wav(tmp_path / "in.wav", silence(100) + tone(400) + silence(100))
+    wav = write_wav(tmp_path / "in.wav", silence(100) + spoken() + silence(300))
     reply, timeline = await talk(wav, out_dir=tmp_path, engine=engine, fast=True)
     with wave.open(str(reply)) as w:
         frames = w.readframes(w.getnframes())
@@ -136,7 +136,10 @@ async def test_talk_over_socket_shows_cancelled_reply_before_the_next_one(
 
     register(fake_entry_points)
     section = "{model: test-voice, session_defaults: {turn_detection: {silence_duration_ms: 200}}}"
-    wav = write_wav(tmp_path / "barge.wav", tone(300) + silence(400) + tone(300) + silence(100))
+    wav = write_wav(
+        tmp_path / "barge.wav",
+        spoken() + silence(400) + spoken("speech_interrupt") + silence(500),
+    )
     with serving(pipeline(section=section, thinker="{num_tokens: 300, delay_s: 0.005}")) as (
         url,
         _,

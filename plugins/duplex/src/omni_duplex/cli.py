@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 
@@ -34,6 +34,10 @@ def talk_command(
         int | None,
         typer.Option("--silence-ms", help="Server VAD: silence that ends a turn (ms)."),
     ] = None,
+    vad: Annotated[
+        Literal["silero", "energy"] | None,
+        typer.Option("--vad", help="Server VAD: silero (trained) or energy (default: server's)."),
+    ] = None,
 ) -> None:
     """Stream WAV into a session; write reply.wav and timeline.jsonl; print both paths."""
     import asyncio
@@ -49,8 +53,13 @@ def talk_command(
     session: dict[str, object] = {}
     if max_output_tokens is not None:
         session["max_output_tokens"] = max_output_tokens
+    turn_detection: dict[str, object] = {}
     if silence_ms is not None:
-        session["turn_detection"] = {"type": "server_vad", "silence_duration_ms": silence_ms}
+        turn_detection["silence_duration_ms"] = silence_ms
+    if vad is not None:
+        turn_detection["vad"] = vad
+    if turn_detection:
+        session["turn_detection"] = {"type": "server_vad", **turn_detection}
     try:
         reply, timeline = asyncio.run(
             talk(wav, out_dir=out, url=url, pipeline=target, fast=fast, session=session)

@@ -13,13 +13,17 @@ WIRE_SAMPLE_RATE = 24_000  # pcm16 on the Realtime wire
 
 
 class TurnDetection(BaseModel):
-    """Server VAD (energy based). ``threshold`` is the RMS level (float samples in [-1, 1]) a
-    20 ms frame must reach to count as speech."""
+    """Server VAD. ``vad``: ``silero`` (a trained speech detector; noise and music do not count)
+    or ``energy`` (any loud sound counts); ``None``: the pipeline's ``duplex.vad`` (filled in
+    when the session is opened or updated). ``threshold``: for ``silero`` the speech probability
+    a 32 ms window must reach (default 0.5), for ``energy`` the RMS level (float samples in
+    [-1, 1]) a 20 ms frame must reach (default 0.02); ``None``: the VAD's default."""
 
     model_config = ConfigDict(extra="forbid")
 
     type: Literal["server_vad"] = "server_vad"
-    threshold: float = Field(default=0.02, gt=0.0, le=1.0)
+    vad: Literal["silero", "energy"] | None = None
+    threshold: float | None = Field(default=None, gt=0.0, le=1.0)
     prefix_padding_ms: int = Field(default=300, ge=0, le=5000)
     silence_duration_ms: int = Field(default=500, ge=20, le=10_000)
     min_speech_duration_ms: int = Field(default=100, ge=20, le=5000)
@@ -48,7 +52,10 @@ class SessionConfig(BaseModel):
         data = self.model_dump()
         for key, value in changes.items():
             if key == "turn_detection" and isinstance(value, dict) and data.get(key) is not None:
-                data[key] = {**data[key], **value}
+                old = data[key]
+                if value.get("vad", old["vad"]) != old["vad"] and "threshold" not in value:
+                    old = {**old, "threshold": None}  # a threshold means something else there
+                data[key] = {**old, **value}
             else:
                 data[key] = value
         return parse_session_config(data)
@@ -66,11 +73,13 @@ def parse_session_config(data: dict[str, Any] | None) -> SessionConfig:
 
 
 class DuplexSection(BaseModel):
-    """The pipeline's ``duplex:`` section: the model plug and server-side limits."""
+    """The pipeline's ``duplex:`` section: the model plug, the default server VAD and
+    server-side limits."""
 
     model_config = ConfigDict(extra="forbid")
 
     model: str = "tiny-omni"
+    vad: Literal["silero", "energy"] = "silero"  # sessions' server VAD unless they choose one
     max_sessions: int = Field(default=16, ge=1)
     max_pending_input_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     max_pending_turns: int = Field(default=4, ge=1)

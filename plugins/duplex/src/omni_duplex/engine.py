@@ -15,7 +15,7 @@ from typing import Any
 
 from omni_core.engine.base import OmniEngineBase
 from omni_core.engine.channel import RequestStream
-from omni_core.errors import EngineDeadError
+from omni_core.errors import ConfigError, EngineDeadError
 from omni_core.orchestrator.base import OrchestratorBase
 
 from omni_duplex.config import DuplexSection
@@ -43,6 +43,13 @@ class DuplexOmniEngine(OmniEngineBase):
         section = self.pipeline.sections.get("duplex")
         self.duplex_config = section if isinstance(section, DuplexSection) else DuplexSection()
         self.model = load_model(self.plugins, self.pipeline, self.duplex_config)
+        if self.duplex_config.vad == "silero":  # fail before any stage starts, and warm it up
+            from omni_duplex.vad import silero_model
+
+            try:
+                silero_model()
+            except DuplexError as exc:
+                raise ConfigError([f"duplex.vad: {exc.message}"]) from None
 
     def _create_orchestrator(self, **kwargs: Any) -> OrchestratorBase:
         return DuplexOrchestrator(

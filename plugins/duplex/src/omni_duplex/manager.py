@@ -129,7 +129,9 @@ class SessionManager:
                 )
         runner = SessionRunner(self, sid, config, msg.stream)
         self.sessions[sid] = runner
-        runner.emit(P.SESSION_CREATED, session=config.public(), capabilities=self.capabilities())
+        runner.emit(
+            P.SESSION_CREATED, session=runner.config.public(), capabilities=self.capabilities()
+        )
         runner.task = self.orch.spawn(runner.run(), name=f"duplex-session-{sid}")
         self.schedule(runner)
         return self._result(runner)

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
     from omni_duplex.config import SessionConfig
     from omni_duplex.manager import SessionManager
-    from omni_duplex.vad import EnergyVad
+    from omni_duplex.vad import Vad
 
 logger = logging.getLogger(__name__)
 
@@ -102,14 +102,15 @@ class SessionRunner:
         self.history: list[dict[str, Any]] = []
         self.clock_ms = 0.0  # input audio received so far
         self.speech_item: str | None = None
-        self.vad: EnergyVad | None = None
+        self.vad: Vad | None = None
         self.response: _Response | None = None
         self.live_runs: set[str] = set()
         self.submissions: dict[str, list[int]] = {}  # run id -> stage ids submitted
         self._runs = 0
         self.journal: deque[P.DuplexEvent] | None = None  # set while detached
         self.task: asyncio.Task[Any] | None = None
-        self._make_vad()
+        self.config = self._resolved(config)
+        self.vad = self._new_vad()
 
     # --- emission -----------------------------------------------------------------------------
     def emit(self, kind: str, **data: Any) -> None:
@@ -185,31 +186,41 @@ class SessionRunner:
         elif isinstance(cmd, P.ClearInput):
             self._clear_buffer()
             self.text_parts.clear()
-            self._make_vad()
+            self.vad, self.speech_item = self._new_vad(), None
             self.emit(P.INPUT_CLEARED)
         elif isinstance(cmd, P.UpdateSession):
-            self.config = self.config.updated(cmd.session)
-            self._make_vad()
+            config = self._resolved(self.config.updated(cmd.session))
+            vad = self._new_vad(config)  # a VAD that cannot be made leaves the session as it was
+            self.config, self.vad, self.speech_item = config, vad, None
             self.emit(P.SESSION_UPDATED, session=self.config.public())
         else:
             raise DuplexError("invalid_command", f"unknown command {type(cmd).__name__}")
 
     # --- input --------------------------------------------------------------------------------
-    def _make_vad(self) -> None:
-        td = self.config.turn_detection
-        if td is None:
-            self.vad = None
-            return
-        from omni_duplex.vad import EnergyVad
+    def _resolved(self, config: SessionConfig) -> SessionConfig:
+        """``config`` with the pipeline's default VAD where the session chose none."""
+        td = config.turn_detection
+        if td is None or td.vad is not None:
+            return config
+        td = td.model_copy(update={"vad": self.manager.section.vad})
+        return config.model_copy(update={"turn_detection": td})
 
-        self.vad = EnergyVad(
+    def _new_vad(self, config: SessionConfig | None = None) -> Vad | None:
+        """A fresh detector for ``config`` (default: the session's), clocked from now."""
+        td = (config or self.config).turn_detection
+        if td is None:
+            return None
+        from omni_duplex.vad import make_vad
+
+        assert td.vad is not None  # resolved
+        return make_vad(
+            td.vad,
             self.model.input_sample_rate,
             threshold=td.threshold,
             min_speech_duration_ms=td.min_speech_duration_ms,
             silence_duration_ms=td.silence_duration_ms,
             start_ms=round(self.clock_ms),
         )
-        self.speech_item = None
 
     async def _append_audio(self, cmd: P.AppendAudio) -> None:
         from omni_duplex.audio import decode_pcm16, duration_ms, resample
