@@ -41,7 +41,8 @@ def write_wav(path: Path, pcm: bytes) -> Path:
 
 def talk(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "omni_core.cli", "duplex", "talk", *args],
+        # the energy VAD: the WAVs speak in tones (the default Silero VAD only hears speech)
+        [sys.executable, "-m", "omni_core.cli", "duplex", "talk", "--vad", "energy", *args],
         capture_output=True,
         text=True,
         timeout=240,

@@ -14,7 +14,13 @@ from omni_core import create_engine
 
 RATE = 24_000
 LONG_REPLY = 400  # thinker tokens: the reply is still being generated when the user barges in
-VAD = {"silence_duration_ms": 200, "min_speech_duration_ms": 100, "prefix_padding_ms": 0}
+# the energy VAD: these tests speak in tones (the default Silero VAD only hears speech)
+VAD = {
+    "vad": "energy",
+    "silence_duration_ms": 200,
+    "min_speech_duration_ms": 100,
+    "prefix_padding_ms": 0,
+}
 
 
 @pytest.fixture(scope="module")
