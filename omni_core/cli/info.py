@@ -1,7 +1,9 @@
-"""``omni config validate``, ``omni plugins list``, ``omni stages``, ``omni pipelines``."""
+"""``omni config validate|schema``, ``omni plugins list``, ``omni stages``, ``omni pipelines``."""
 
 from __future__ import annotations
 
+import json
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -53,6 +55,17 @@ def register(app: typer.Typer, state: CliState) -> None:
             error = ConfigError(problems)
             error.__cause__ = first  # --debug shows where the first problem was found
             raise fail(state, error)
+
+    @config_app.command("schema")
+    def schema() -> None:
+        """Print the pipeline file's JSON Schema for the installed plugins (kinds, sections)."""
+        from omni_core.config.schema import pipeline_schema
+
+        try:
+            text = json.dumps(pipeline_schema(state.host), indent=2)
+        except Exception as exc:
+            raise fail(state, exc) from None
+        sys.stdout.write(text + "\n")
 
     @plugins_app.command("list")
     def plugins_list() -> None:

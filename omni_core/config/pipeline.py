@@ -35,17 +35,39 @@ class InputEdge(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    stage: int
-    mode: Literal["on_finish", "stream"] = "on_finish"
-    chunk: int = Field(default=1, ge=1, le=MAX_CHUNK)
+    stage: int = Field(description="id of the upstream stage")
+    mode: Literal["on_finish", "stream"] = Field(
+        default="on_finish",
+        description="`on_finish`: the bridge runs once, when the upstream stage finished the "
+        "request; `stream`: the downstream request opens once `chunk` upstream outputs arrived, "
+        "then every further `chunk` is fed to it as it comes (it must be the stage's only input)",
+    )
+    chunk: int = Field(
+        default=1,
+        ge=1,
+        le=MAX_CHUNK,
+        description="`stream` edges: upstream outputs per forwarded chunk (the last one may be "
+        "shorter)",
+    )
 
 
 class RestartPolicy(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    policy: Literal["no", "on-failure"] = "no"
-    max_restarts: int = Field(default=3, ge=0)
-    backoff_s: float = Field(default=0.5, ge=0, le=MAX_BACKOFF_S, allow_inf_nan=False)
+    policy: Literal["no", "on-failure"] = Field(
+        default="no",
+        description='`no`: a dead replica stays dead (write it quoted, `"no"`: a bare `no` is '
+        "YAML's false); `on-failure`: a new replica is started in its slot (requests that died "
+        "with it are not replayed)",
+    )
+    max_restarts: int = Field(default=3, ge=0, description="restarts per stage, at most")
+    backoff_s: float = Field(
+        default=0.5,
+        ge=0,
+        le=MAX_BACKOFF_S,
+        allow_inf_nan=False,
+        description="seconds between a replica's death and its restart",
+    )
 
 
 class StageResources(BaseModel):
@@ -59,28 +81,68 @@ class StageResources(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    num_cpus: FiniteNonNegative | None = None
-    num_gpus: FiniteNonNegative | None = None
-    node_ip: str | None = None
-    custom: dict[str, FiniteNonNegative] = Field(default_factory=dict)
-    strategy: Literal["DEFAULT", "SPREAD"] = "DEFAULT"
+    num_cpus: FiniteNonNegative | None = Field(
+        default=None, description="CPUs each replica reserves (unset: Ray's actor default)"
+    )
+    num_gpus: FiniteNonNegative | None = Field(
+        default=None, description="GPUs each replica reserves (fractions share a GPU)"
+    )
+    node_ip: str | None = Field(
+        default=None, description="pin the replicas to the Ray node with this IP address"
+    )
+    custom: dict[str, FiniteNonNegative] = Field(
+        default_factory=dict,
+        description="custom Ray resources per replica (declared with `ray start --resources`)",
+    )
+    strategy: Literal["DEFAULT", "SPREAD"] = Field(
+        default="DEFAULT",
+        description="`DEFAULT`: Ray's placement; `SPREAD`: spread the stage's replicas over nodes",
+    )
 
 
 class StageConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    id: int
-    name: str = Field(min_length=1)
-    kind: str
-    engine_args: dict[str, Any] = Field(default_factory=dict)
-    inputs: list[InputEdge] = Field(default_factory=list)
-    bridge: str | None = None
-    final_output: bool = False
-    final_output_type: OutputType = "text"
-    replicas: int = Field(default=1, ge=1, le=MAX_REPLICAS)
-    sampling_params: dict[str, Any] = Field(default_factory=dict)
-    restart: RestartPolicy = Field(default_factory=RestartPolicy)
-    resources: StageResources = Field(default_factory=StageResources)
+    id: int = Field(description="unique stage id; `inputs` refer to stages by id")
+    name: str = Field(
+        min_length=1, description="unique stage name (logs, metrics, per-stage timings)"
+    )
+    kind: str = Field(description="registered stage kind (`omni stages`)")
+    engine_args: dict[str, Any] = Field(
+        default_factory=dict, description="arguments of the stage kind, checked by the kind"
+    )
+    inputs: list[InputEdge] = Field(
+        default_factory=list,
+        description="upstream stages feeding this stage: a stage id (an `on_finish` edge) or an "
+        "edge mapping; none: the stage gets the request's prompt",
+    )
+    bridge: str | None = Field(
+        default=None,
+        description="how upstream results become this stage's input: a registered bridge name "
+        "or a dotted path to a callable (`pkg.mod:func`); unset: the default bridge",
+    )
+    final_output: bool = Field(
+        default=False, description="the stage's outputs are returned to the caller"
+    )
+    final_output_type: OutputType = Field(
+        default="text",
+        description="the `output_type` of a final stage's outputs, which requests select with "
+        "`modalities`: `text`, `audio` (audio chunks), `image`, `tokens` (token ids), `latent`",
+    )
+    replicas: int = Field(
+        default=1, ge=1, le=MAX_REPLICAS, description="engine replicas (requests spread over them)"
+    )
+    sampling_params: dict[str, Any] = Field(
+        default_factory=dict,
+        description="the stage's default sampling parameters (a request's own override them)",
+    )
+    restart: RestartPolicy = Field(
+        default_factory=RestartPolicy, description="what happens when a replica dies"
+    )
+    resources: StageResources = Field(
+        default_factory=StageResources,
+        description="placement of the replicas under `runtime: ray`",
+    )
 
     @field_validator("inputs", mode="before")
     @classmethod
@@ -103,12 +165,24 @@ class PipelineConfig(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    name: str
-    engine: str = "turn"
-    runtime: Literal["local", "ray"] = "local"
-    ray_address: str | None = None
-    requires_plugins: list[str] = Field(default_factory=list)
-    stages: list[StageConfig] = Field(max_length=MAX_STAGES)
+    name: str = Field(description="the pipeline's name (the served model id)")
+    engine: str = Field(default="turn", description="registered engine kind")
+    runtime: Literal["local", "ray"] = Field(
+        default="local",
+        description="`local`: replicas in-process or in OS processes; `ray`: one Ray actor per "
+        "replica",
+    )
+    ray_address: str | None = Field(
+        default=None,
+        description="Ray cluster to join (default: `RAY_ADDRESS`, else a local Ray started for "
+        "the engine)",
+    )
+    requires_plugins: list[str] = Field(
+        default_factory=list, description="plugins that must be installed and enabled"
+    )
+    stages: list[StageConfig] = Field(
+        max_length=MAX_STAGES, description="the stages, at least one with `final_output: true`"
+    )
     source: str = Field(default="<python>", exclude=True)
 
     # --- construction -------------------------------------------------------------------------

@@ -25,12 +25,17 @@ from omni_core.stage.process import ProcessStageClient
 class DiffusionArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    model: str = "tiny-denoiser"
-    steps: int = Field(default=20, ge=1)
-    preview_every: int | None = Field(default=None, ge=1)
-    threads: int = Field(default=1, ge=1)
-    seed: int = 0
-    output: str = "whole"
+    model: str = Field(default="tiny-denoiser", description="a demo model name or a path")
+    steps: int = Field(default=20, ge=1, description="denoising steps per sample")
+    preview_every: int | None = Field(
+        default=None, ge=1, description="stream a preview image every k steps (unset: none)"
+    )
+    threads: int = Field(default=1, ge=1, description="torch threads of this replica")
+    seed: int = Field(default=0, description="noise seed when a request gives none")
+    output: str = Field(
+        default="whole",
+        description="output mode: `whole` (an abort retries the whole sample) or `ar`",
+    )
 
 
 def make_diffusion_client(stage: Any, replica: int, context: StageContext) -> ProcessStageClient:

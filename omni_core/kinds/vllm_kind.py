@@ -25,19 +25,23 @@ class VllmArgs(BaseModel):
 
     model: str = Field(description="a demo model name (tiny-thinker, tiny-talker) or a path")
     threads: int = Field(default=1, ge=1, description="OpenMP/torch threads of this replica")
-    max_model_len: int = 512
-    max_num_seqs: int = 64
-    kv_cache_memory_bytes: int = 64 << 20
-    dtype: str = "float32"
-    seed: int = 0
-    engine: dict[str, Any] = Field(default_factory=dict)
+    max_model_len: int = Field(default=512, description="longest prompt + output, in tokens")
+    max_num_seqs: int = Field(default=64, description="requests batched per engine step, at most")
+    kv_cache_memory_bytes: int = Field(default=64 << 20, description="KV cache per replica, bytes")
+    dtype: str = Field(default="float32", description="weights and activations dtype (vLLM's)")
+    seed: int = Field(default=0, description="the engine's random seed")
+    engine: dict[str, Any] = Field(
+        default_factory=dict, description="more keyword arguments of vLLM's EngineArgs"
+    )
     request_output_payload: bool = Field(
         default=True,
         description="on a final-output stage, attach vLLM's RequestOutput as each output's "
         "payload (imports vLLM's output types in the engine process, at start-up); non-final "
         "stages never ship it: nobody would see it",
     )
-    start_timeout_s: float = 600.0
+    start_timeout_s: float = Field(
+        default=600.0, description="seconds a replica may take to load before it counts as failed"
+    )
     chat_template: str | None = Field(
         default=None,
         description="chat template (inline Jinja or a file) instead of the tokenizer's own, "

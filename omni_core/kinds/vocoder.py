@@ -23,8 +23,8 @@ from omni_core.stage.process import ProcessStageClient
 class VocoderArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    model: str = "tiny-vocoder"
-    threads: int = Field(default=1, ge=1)
+    model: str = Field(default="tiny-vocoder", description="a demo model name or a path")
+    threads: int = Field(default=1, ge=1, description="torch threads of this replica")
 
 
 def make_vocoder_client(stage: Any, replica: int, context: StageContext) -> ProcessStageClient:

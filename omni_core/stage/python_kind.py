@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from omni_core.outputs import ErrorInfo, StageOutput
 from omni_core.stage.client import StageContext, StageRequest
@@ -26,8 +26,11 @@ _END = object()
 class PythonStageArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    callable: str
-    kwargs: dict[str, Any] = {}
+    callable: str = Field(
+        description="dotted path of the callable, `pkg.mod:func` or `pkg.mod.func`; it gets "
+        "`(prompt, params, **kwargs)`"
+    )
+    kwargs: dict[str, Any] = Field(default={}, description="extra keyword arguments of every call")
 
     @field_validator("callable")
     @classmethod

@@ -25,17 +25,36 @@ class ScriptedArgs(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    num_tokens: int = Field(default=4, ge=1)
-    delay_s: float = Field(default=0.0, ge=0)
-    output: Literal["ar", "whole"] = "ar"
-    process: bool = False
-    fail_after: int | None = Field(default=None, ge=0)
-    die_after: int | None = Field(default=None, ge=0)
-    hang_after: int | None = Field(default=None, ge=0)
-    abort_fails: bool = False
-    rpc_error: bool = False
-    start_fails: bool = False
-    start_delay_s: float = Field(default=0.0, ge=0)
+    num_tokens: int = Field(
+        default=4,
+        ge=1,
+        description="tokens per input chunk (capped by `max_tokens`); each output's text is "
+        "`<stage name>:<token> ` per token",
+    )
+    delay_s: float = Field(default=0.0, ge=0, description="sleep before each engine step")
+    output: Literal["ar", "whole"] = Field(
+        default="ar",
+        description="`ar`: one output per token; `whole`: one output with every token (and "
+        "them as `payload`)",
+    )
+    process: bool = Field(default=False, description="run each replica in its own OS process")
+    fail_after: int | None = Field(
+        default=None, ge=0, description="fail each request after N outputs (status 500)"
+    )
+    die_after: int | None = Field(
+        default=None, ge=0, description="the replica dies after N outputs in all"
+    )
+    hang_after: int | None = Field(
+        default=None, ge=0, description="each request stops making progress after N outputs"
+    )
+    abort_fails: bool = Field(default=False, description="`abort` raises")
+    rpc_error: bool = Field(
+        default=False, description="control RPCs (sleep, wake_up, pause/resume) raise"
+    )
+    start_fails: bool = Field(default=False, description="the replica fails to start")
+    start_delay_s: float = Field(
+        default=0.0, ge=0, description="sleep before start-up (a slow model load)"
+    )
 
 
 def scripted_token(stage_name: str, chunk: list[int], position: int) -> int:
