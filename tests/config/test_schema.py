@@ -149,8 +149,8 @@ BAD = {
     "edge as a string": (_set(["stages", 1, "inputs"], ["0"]), ["stages", 1, "inputs", 0]),
     "unknown kind": (_set(["stages", 0, "kind"], "nope"), ["stages", 0, "kind"]),
     "unknown bridge": (_set(["stages", 1, "bridge"], "nope"), ["stages", 1, "bridge"]),
-    "sampling range": (
-        _set(["stages", 0, "sampling_params", "temperature"], 5),
+    "sampling_params type": (
+        _set(["stages", 0, "sampling_params", "temperature"], "hot"),
         ["stages", 0, "sampling_params", "temperature"],
     ),
     "bare no": (
