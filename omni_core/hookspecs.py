@@ -6,7 +6,9 @@ Conventions:
   :mod:`omni_core.plugin.types`). All impls are called; results are merged; two plugins providing
   the same name is a :class:`~omni_core.errors.PluginConflictError` naming both.
 * ``omni_request_*`` / ``omni_stage_*`` observers are called impl by impl: one failing observer is
-  logged and the others still run.
+  logged and the others still run (each observer impl is guarded when its plugin registers).
+* Every hook is called through pluggy's hook caller: ``wrapper=True`` / ``hookwrapper=True`` impls
+  wrap any hook, and ``OMNI_TRACE_HOOKS=1`` traces every call.
 * Decision hooks say how results combine in their docstring.
 * pluggy calls are synchronous: impls are plain functions (never ``async def``). Hooks that need
   I/O return data, or coroutine *factories* the orchestrator schedules on its loop.

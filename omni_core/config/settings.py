@@ -16,6 +16,9 @@ class OmniSettings(BaseSettings):
 
     disable_plugins: Annotated[list[str], NoDecode] = Field(default_factory=list)
     log_level: str = "WARNING"
+    trace_hooks: bool = Field(
+        default=False, description="write pluggy's trace of every hook call to stderr"
+    )
     startup_timeout_s: float = 120.0
     shutdown_timeout_s: float = 10.0
     request_queue_size: int = Field(default=1024, ge=1)

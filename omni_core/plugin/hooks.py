@@ -1,12 +1,17 @@
-"""``PluginHost``: the typed facade over the plugin manager. The only caller of ``pm.hook``."""
+"""``PluginHost``: the typed facade over the plugin manager. The only caller of ``pm.hook``.
+
+Every hook is called through pluggy's hook caller (``pm.hook.NAME(...)``): wrappers,
+``hookwrapper``s and pluggy's tracing see every call. Observer isolation and the names of the
+plugins behind results and errors come from :mod:`omni_core.plugin.manager`'s impl guards.
+"""
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from omni_core.errors import PluginConflictError, PluginError
+from omni_core.plugin.manager import OBSERVERS, collecting, plugin_of
 from omni_core.plugin.types import (
     Admission,
     Benchmark,
@@ -21,18 +26,14 @@ from omni_core.plugin.types import (
 )
 
 if TYPE_CHECKING:
+    from pluggy import HookCaller
+
     from omni_core.config.settings import OmniSettings
     from omni_core.outputs import ErrorInfo, StageOutput
     from omni_core.plugin.manager import OmniPluginManager
 
-logger = logging.getLogger(__name__)
-OBSERVERS = (
-    "omni_request_admitted",
-    "omni_stage_submitted",
-    "omni_stage_output",
-    "omni_request_terminal",
-)
 T = TypeVar("T")
+__all__ = ["OBSERVERS", "PluginHost"]
 
 
 class PluginHost:
@@ -49,9 +50,10 @@ class PluginHost:
     def register(self, plugin: Any, name: str) -> None:
         """Register a plugin object after start-up (e.g. the server's metrics); before an engine
         is built with this host."""
-        from omni_core.plugin.manager import _register
+        from omni_core.plugin.manager import _register, check_pending
 
         _register(self.pm, plugin, name, f"plugin '{name}'")
+        check_pending(self.pm)
         self._registry.clear()
         self._refresh()
 
@@ -62,10 +64,16 @@ class PluginHost:
         self.has_output_interceptors = bool(pm.hook.omni_intercept_stage_output.get_hookimpls())
         self.has_forward_gates = bool(pm.hook.omni_forward_gate.get_hookimpls())
         self.has_admission = bool(pm.hook.omni_admit_request.get_hookimpls())
-        # Observers fire on every request (and every output): their impls, resolved once.
-        self._observers = {
-            name: list(reversed(getattr(pm.hook, name).get_hookimpls())) for name in OBSERVERS
-        }
+        # Observers fire on every request (and every output): their hook callers, or None when
+        # no plugin implements the hook (then a notification costs one attribute test).
+        self._on_admitted = self._implemented("omni_request_admitted")
+        self._on_submitted = self._implemented("omni_stage_submitted")
+        self._on_output = self._implemented("omni_stage_output")
+        self._on_terminal = self._implemented("omni_request_terminal")
+
+    def _implemented(self, hook_name: str) -> HookCaller | None:
+        caller: HookCaller = getattr(self.pm.hook, hook_name)
+        return caller if caller.get_hookimpls() else None
 
     @classmethod
     def create(cls, settings: OmniSettings | None = None, **kwargs: Any) -> PluginHost:
@@ -74,25 +82,24 @@ class PluginHost:
         return cls(create_plugin_manager(settings, **kwargs), settings)
 
     # --- generic calling ----------------------------------------------------------------------
-    def _each(self, hook_name: str, **kwargs: Any) -> Iterator[tuple[str, Any]]:
-        """Call every impl of a hook in pluggy's order, yielding (plugin name, result)."""
-        caller = getattr(self.pm.hook, hook_name)
-        for impl in reversed(caller.get_hookimpls()):
-            args = {name: kwargs[name] for name in impl.argnames}
-            yield impl.plugin_name, impl.function(**args)
+    def results_by_plugin(self, hook_name: str, **kwargs: Any) -> list[tuple[str, Any]]:
+        """Call a hook through pluggy (wrappers apply): ``(plugin name, result)`` in pluggy's
+        order, one pair per impl that returned something other than None (not for
+        ``firstresult`` hooks).
 
-    def _observe(self, hook_name: str, **kwargs: Any) -> None:
-        for impl in self._observers[hook_name]:
-            try:
-                impl.function(**{name: kwargs[name] for name in impl.argnames})
-            except Exception:
-                logger.exception("plugin %r failed in %s", impl.plugin_name, hook_name)
+        For hooks plugins add themselves (e.g. a plugin's own ``omni_<plugin>_register_*``). A
+        result that a wrapper put in place of an impl's is attributed to ``"<hook wrapper>"``.
+        An exception raised by an impl propagates with the plugin's name in its notes.
+        """
+        with collecting() as owner:
+            results = getattr(self.pm.hook, hook_name)(**kwargs)
+            return [(owner(result) or "<hook wrapper>", result) for result in results]
 
     def _registered(self, hook_name: str, expected: type[T]) -> dict[str, tuple[str, T]]:
         if hook_name in self._registry:
             return self._registry[hook_name]
         found: dict[str, tuple[str, T]] = {}
-        for plugin, items in self._each(hook_name):
+        for plugin, items in self.results_by_plugin(hook_name):
             for item in items or ():
                 if not isinstance(item, expected):
                     raise PluginError(
@@ -165,23 +172,18 @@ class PluginHost:
     # --- lifecycle decisions (orchestrator thread) -------------------------------------------
     def admit_request(self, **kwargs: Any) -> list[Admission]:
         """All impls' admissions. Raises PluginError naming the plugin that failed."""
-        result: list[Admission] = []
-        caller = self.pm.hook.omni_admit_request
-        for impl in reversed(caller.get_hookimpls()):
-            try:
-                admission = impl.function(**{n: kwargs[n] for n in impl.argnames})
-            except Exception as exc:
+        try:
+            pairs = list(self.results_by_plugin("omni_admit_request", **kwargs))
+        except Exception as exc:
+            who = f"plugin '{plugin_of(exc)}'" if plugin_of(exc) else "a hook wrapper"
+            raise PluginError(f"{who} rejected the request: {type(exc).__name__}: {exc}") from exc
+        for plugin, admission in pairs:
+            if not isinstance(admission, Admission):
                 raise PluginError(
-                    f"plugin '{impl.plugin_name}' rejected the request: {type(exc).__name__}: {exc}"
-                ) from exc
-            if admission is not None:
-                if not isinstance(admission, Admission):
-                    raise PluginError(
-                        f"plugin '{impl.plugin_name}': omni_admit_request returned "
-                        f"{type(admission).__name__}, expected Admission"
-                    )
-                result.append(admission)
-        return result
+                    f"plugin '{plugin}': omni_admit_request returned "
+                    f"{type(admission).__name__}, expected Admission"
+                )
+        return [admission for _, admission in pairs]
 
     def intercept_stage_output(
         self, request_id: str, stage_id: int, output: StageOutput, orchestrator: Any
@@ -219,46 +221,38 @@ class PluginHost:
         return [f for f in self.pm.hook.omni_shutdown(orchestrator=orchestrator) if f is not None]
 
     # --- observers --------------------------------------------------------------------------------
+    # Each is a no-op (no call, no kwargs) when no plugin implements the hook; otherwise one
+    # pluggy call, in which a failing impl is logged and the next one still runs.
     def request_admitted(self, request_id: str, orchestrator: Any) -> None:
-        if not self._observers["omni_request_admitted"]:  # nobody observes: no call, no kwargs
-            return
-        self._observe("omni_request_admitted", request_id=request_id, orchestrator=orchestrator)
+        if self._on_admitted is not None:
+            self._on_admitted(request_id=request_id, orchestrator=orchestrator)
 
     def stage_submitted(
         self, request_id: str, stage_id: int, replica: int, orchestrator: Any
     ) -> None:
-        if not self._observers["omni_stage_submitted"]:
-            return
-        self._observe(
-            "omni_stage_submitted",
-            request_id=request_id,
-            stage_id=stage_id,
-            replica=replica,
-            orchestrator=orchestrator,
-        )
+        if self._on_submitted is not None:
+            self._on_submitted(
+                request_id=request_id,
+                stage_id=stage_id,
+                replica=replica,
+                orchestrator=orchestrator,
+            )
 
     def stage_output(
         self, request_id: str, stage_id: int, output: StageOutput, orchestrator: Any
     ) -> None:
-        if not self._observers["omni_stage_output"]:
-            return
-        self._observe(
-            "omni_stage_output",
-            request_id=request_id,
-            stage_id=stage_id,
-            output=output,
-            orchestrator=orchestrator,
-        )
+        if self._on_output is not None:
+            self._on_output(
+                request_id=request_id, stage_id=stage_id, output=output, orchestrator=orchestrator
+            )
 
     def request_terminal(
         self, request_id: str, finish_reason: str, error: ErrorInfo | None, orchestrator: Any
     ) -> None:
-        if not self._observers["omni_request_terminal"]:
-            return
-        self._observe(
-            "omni_request_terminal",
-            request_id=request_id,
-            finish_reason=finish_reason,
-            error=error,
-            orchestrator=orchestrator,
-        )
+        if self._on_terminal is not None:
+            self._on_terminal(
+                request_id=request_id,
+                finish_reason=finish_reason,
+                error=error,
+                orchestrator=orchestrator,
+            )

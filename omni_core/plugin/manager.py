@@ -1,14 +1,30 @@
 """Builds plugin managers: built-in plugins, then entry points of ``omni_core.plugins``.
 
 Nothing here runs at import time; every call of :func:`create_plugin_manager` makes a fresh one.
+
+Hooks are called through pluggy's own hook callers, so ``wrapper=True`` / ``hookwrapper=True``
+impls and pluggy's tracing apply to every hook. Two things pluggy does not do are added where an
+impl registers, by wrapping its function (``impl.function.__wrapped__`` is the plugin's own):
+
+* observer impls (:data:`OBSERVERS`) are *isolated*: an exception is logged naming the plugin and
+  the call goes on to the next impl (pluggy's loop would stop at the first exception);
+* every other impl is *attributed*: an exception leaving it carries the plugin's name
+  (:func:`plugin_of`), and :func:`collecting` tells which plugin returned which result (used to
+  name both providers of a conflict, or the plugin whose result has the wrong type).
+
+Wrappers are never wrapped: they see the impls' results and exceptions as pluggy gives them.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.metadata as md
 import logging
-from collections.abc import Iterable, Sequence
+import sys
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -21,6 +37,16 @@ from omni_core.errors import PluginLoadError
 from omni_core.plugin import ENTRY_POINT_GROUP, PLUGIN_API_VERSION, PROJECT_NAME
 
 logger = logging.getLogger(__name__)
+
+# Observer hooks: called impl by impl, a failing impl is logged and the others still run.
+OBSERVERS = (
+    "omni_request_admitted",
+    "omni_stage_submitted",
+    "omni_stage_output",
+    "omni_request_terminal",
+)
+_PLUGIN_ATTR = "omni_plugin"  # set on an exception leaving an attributed impl
+_COLLECTED: ContextVar[list[tuple[str, object]] | None] = ContextVar("omni_collected", default=None)
 
 # Built-in plugins: (name, module). Registered exactly like third-party ones.
 BUILTIN_PLUGINS: tuple[tuple[str, str], ...] = (
@@ -47,12 +73,92 @@ class OmniPluginManager(pluggy.PluginManager):
         super().__init__(PROJECT_NAME)
         self.add_hookspecs(hookspecs)
         self.plugin_info: dict[str, PluginInfo] = {}
+        self.origins: dict[str, str] = {}  # plugin name -> where it came from, for errors
         self.disabled: list[str] = []
 
     def parse_hookimpl_opts(self, plugin: Any, name: str) -> Any:
         if not name.startswith("omni_"):
             return None
         return super().parse_hookimpl_opts(plugin, name)
+
+    def register(self, plugin: Any, name: str | None = None) -> str | None:
+        """pluggy's ``register``, then the plugin's impls wrapped (isolated or attributed)."""
+        plugin_name = super().register(plugin, name)
+        if plugin_name is None:
+            return None
+        for caller in self.get_hookcallers(plugin) or ():
+            for impl in caller.get_hookimpls():
+                if impl.plugin is not plugin or impl.wrapper or impl.hookwrapper:
+                    continue
+                guard = _isolated if caller.name in OBSERVERS else _attributed
+                impl.function = guard(impl.function, plugin_name, caller.name)  # type: ignore[misc]
+        return plugin_name
+
+    def enable_trace(self, write: Callable[[str], object] | None = None) -> Callable[[], None]:
+        """pluggy's hook-call trace written to ``write`` (default: the current ``sys.stderr``).
+
+        Returns the function that turns it off again.
+        """
+        self.trace.root.setwriter(write or (lambda text: sys.stderr.write(text)))
+        undo = self.enable_tracing()
+
+        def off() -> None:
+            undo()
+            self.trace.root.setwriter(None)
+
+        return off
+
+
+def _isolated(function: Callable[..., Any], plugin: str, hook: str) -> Callable[..., Any]:
+    @functools.wraps(function)
+    def observe(*args: Any, **kwargs: Any) -> None:
+        try:
+            function(*args, **kwargs)
+        except Exception:
+            logger.exception("plugin %r failed in %s", plugin, hook)
+
+    return observe
+
+
+def _attributed(function: Callable[..., Any], plugin: str, hook: str) -> Callable[..., Any]:
+    @functools.wraps(function)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            result = function(*args, **kwargs)
+        except Exception as exc:
+            if getattr(exc, _PLUGIN_ATTR, None) is None:  # the innermost plugin keeps it
+                try:
+                    setattr(exc, _PLUGIN_ATTR, plugin)
+                    exc.add_note(f"(raised by plugin '{plugin}' in {hook})")
+                except (AttributeError, TypeError):  # pragma: no cover - exotic exceptions
+                    pass
+            raise
+        collected = _COLLECTED.get()
+        if collected is not None:
+            collected.append((plugin, result))
+        return result
+
+    return call
+
+
+def plugin_of(exc: BaseException) -> str | None:
+    """The plugin whose hook impl raised ``exc`` (None: not raised by an impl, or by a wrapper)."""
+    return getattr(exc, _PLUGIN_ATTR, None)
+
+
+@contextmanager
+def collecting() -> Iterator[Callable[[object], str | None]]:
+    """Within the block, hook calls record which plugin returned which result object.
+
+    Yields ``owner(result)``: the plugin that returned that very object (a hook caller's result
+    list holds the impls' results as they returned them), or None for a result a wrapper made.
+    """
+    collected: list[tuple[str, object]] = []
+    token = _COLLECTED.set(collected)
+    try:
+        yield lambda result: next((p for p, r in collected if r is result), None)
+    finally:
+        _COLLECTED.reset(token)
 
 
 def _iter_entry_points() -> Iterable[md.EntryPoint]:
@@ -75,16 +181,40 @@ def _check_api_version(module: Any, where: str) -> None:
 
 
 def _register(pm: OmniPluginManager, plugin: Any, name: str, where: str) -> None:
+    """Register one plugin. Its impls of hooks nobody declared yet are checked later, by
+    :func:`check_pending` (another plugin may add those hookspecs when it registers)."""
     _check_api_version(plugin, where)
     if pm.get_plugin(name) is not None:
         raise PluginLoadError(f"{where}: the name '{name}' is already registered")
     try:
         pm.register(plugin, name=name)
-        pm.check_pending()
     except (pluggy.PluginValidationError, ValueError) as exc:
         if pm.is_registered(plugin):
             pm.unregister(plugin)
         raise PluginLoadError(f"{where} is invalid: {exc}") from exc
+    pm.origins[name] = where
+
+
+def check_pending(pm: OmniPluginManager) -> None:
+    """pluggy's ``check_pending`` once every plugin is registered: an impl of a hook that no
+    plugin declares fails, naming the plugin, unless it is marked ``optionalhook=True``."""
+    try:
+        pm.check_pending()
+    except pluggy.PluginValidationError as exc:
+        name = pm.get_name(exc.plugin) or repr(exc.plugin)
+        where = pm.origins.get(name, f"plugin '{name}'")
+        unknown = sorted(
+            caller.name
+            for caller in pm.get_hookcallers(exc.plugin) or ()
+            if not caller.has_spec()
+            and any(i.plugin is exc.plugin and not i.optionalhook for i in caller.get_hookimpls())
+        )
+        raise PluginLoadError(
+            f"{where} implements {', '.join(map(repr, unknown))}, a hook no loaded plugin "
+            "declares (misspelled, or the plugin adding it is not installed or disabled; "
+            "mark an impl of another plugin's hook @hookimpl(optionalhook=True) if that plugin "
+            "is optional)"
+        ) from exc
 
 
 def create_plugin_manager(
@@ -99,9 +229,14 @@ def create_plugin_manager(
     Plugins named in ``settings.disable_plugins`` (``OMNI_DISABLE_PLUGINS``) are blocked before
     they are imported. A plugin that fails to import or register raises
     :class:`~omni_core.errors.PluginLoadError` naming the entry point, distribution and version.
+    Impls of hooks no plugin declares are checked once, after every plugin registered, so the
+    order of entry points does not matter. ``settings.trace_hooks`` (``OMNI_TRACE_HOOKS=1``)
+    writes pluggy's trace of every hook call to stderr.
     """
     settings = settings or OmniSettings()
     pm = OmniPluginManager()
+    if settings.trace_hooks:
+        pm.enable_trace()
     # historic: every plugin registered below gets omni_addhooks as it registers
     pm.hook.omni_addhooks.call_historic(kwargs={"plugin_manager": pm})
     for name in settings.disable_plugins:
@@ -124,6 +259,7 @@ def create_plugin_manager(
             _register(pm, plugin, name, f"plugin '{name}'")
             where = plugin.__name__ if isinstance(plugin, ModuleType) else type(plugin).__module__
             pm.plugin_info[name] = PluginInfo(name, "<local>", "", where, False)
+    check_pending(pm)
     return pm
 
 
