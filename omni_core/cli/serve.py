@@ -54,12 +54,17 @@ def register(app: typer.Typer, state: CliState) -> None:
         if not state.log_level_chosen:  # a server says what it does: routine messages at INFO
             logging.getLogger().setLevel(logging.INFO)
         try:
-            from omni_core.config.resolve import is_existing_path
+            from omni_core.cli.app import require_extra, require_pipeline_extras
+            from omni_core.config.resolve import is_existing_path, load_pipeline
+
+            require_extra("omni serve", "serve")  # before importing the server
+            target: Any = Path(pipeline) if is_existing_path(pipeline) else pipeline
+            config = load_pipeline(target, state.host)
+            require_pipeline_extras(config)
             from omni_core.serve.server import api_key_of, run_server
 
-            target: Any = Path(pipeline) if is_existing_path(pipeline) else pipeline
             run_server(
-                target,
+                config,
                 settings=settings,
                 plugins=state.host,
                 host=host or settings.host,
