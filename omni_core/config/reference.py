@@ -195,8 +195,8 @@ class _Renderer:
             f"the core and its built-in plugins ({', '.join(f'`{p}`' for p in self.plugins)}) "
             "only, so it is the same "
             "wherever it is generated. Sections and stage kinds of plugin packages are in "
-            "`omni config schema` (every installed plugin) and in their own documentation "
-            "(first-party: [cfg.md](cfg.md), [duplex.md](duplex.md))."
+            "`omni config schema` (every installed plugin) and in each plugin's own "
+            "documentation."
         )
         text = resources.files("omni_core.pipelines").joinpath(f"{EXAMPLE_PIPELINE}.yaml")
         self.paragraph(f"The built-in `{EXAMPLE_PIPELINE}` pipeline:")

@@ -123,7 +123,9 @@ def test_chat_whole_matches_vllm(clients):
     for a, b in zip(got_lp, ref_lp, strict=True):
         assert [t.token for t in a.top_logprobs] == [t.token for t in b.top_logprobs]
         assert [t.bytes for t in a.top_logprobs] == [t.bytes for t in b.top_logprobs]
-        assert all(close(x.logprob, y.logprob) for x, y in zip(a.top_logprobs, b.top_logprobs))
+        assert all(
+            close(x.logprob, y.logprob) for x, y in zip(a.top_logprobs, b.top_logprobs, strict=True)
+        )
     assert keys(got) == keys(ref)
     assert keys(got.choices[0]) == keys(ref.choices[0])
     assert keys(got.choices[0].message) == keys(ref.choices[0].message)
@@ -161,7 +163,9 @@ def test_chat_stream_with_usage_matches_vllm(clients):
     assert got[-1].usage.model_dump() == ref[-1].usage.model_dump()
     assert [ch.choices[0].finish_reason for ch in got if ch.choices][-1] == "length"
     assert set().union(*map(keys, got)) == set().union(*map(keys, ref))
-    choice_keys = [set().union(*(keys(ch.choices[0]) for ch in s if ch.choices)) for s in (got, ref)]
+    choice_keys = [
+        set().union(*(keys(ch.choices[0]) for ch in s if ch.choices)) for s in (got, ref)
+    ]
     assert choice_keys[0] == choice_keys[1]
 
 
