@@ -162,21 +162,20 @@ class DuplexModelSpec:
 
 def registered_models(host: PluginHost) -> dict[str, DuplexModelSpec]:
     found: dict[str, tuple[str, DuplexModelSpec]] = {}
-    caller = host.pm.hook.omni_duplex_register_models
-    for impl in reversed(caller.get_hookimpls()):
-        specs: Any = impl.function() or ()
-        for spec in specs:
+    # through pluggy's own caller (wrappers and tracing apply), each result with its plugin
+    for plugin, specs in host.results_by_plugin("omni_duplex_register_models"):
+        for spec in specs or ():
             if not isinstance(spec, DuplexModelSpec):
                 raise PluginError(
-                    f"plugin '{impl.plugin_name}': omni_duplex_register_models returned "
+                    f"plugin '{plugin}': omni_duplex_register_models returned "
                     f"{type(spec).__name__}, expected DuplexModelSpec"
                 )
             if spec.name in found:
                 raise PluginConflictError(
                     f"duplex model '{spec.name}' is provided by two plugins: "
-                    f"'{found[spec.name][0]}' and '{impl.plugin_name}'"
+                    f"'{found[spec.name][0]}' and '{plugin}'"
                 )
-            found[spec.name] = (impl.plugin_name, spec)
+            found[spec.name] = (plugin, spec)
     return {name: spec for name, (_, spec) in found.items()}
 
 
