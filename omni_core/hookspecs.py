@@ -40,6 +40,7 @@ if TYPE_CHECKING:
         ConfigSection,
         EngineKind,
         ForwardGate,
+        ModelSpec,
         PipelineSpec,
         ServerRoute,
         StageKind,
@@ -80,6 +81,17 @@ def omni_register_bridges() -> Iterable[Bridge]:
 @hookspec
 def omni_register_pipelines() -> Iterable[PipelineSpec]:
     """Provide named pipelines (``omni run NAME``). Merged; duplicate names conflict."""
+    return ()
+
+
+@hookspec
+def omni_register_models() -> Iterable[ModelSpec]:
+    """Provide models built locally by name (``omni models build NAME``, and any
+    ``engine_args.model: NAME``, which builds it on first use).
+
+    Fires when a PluginHost first needs the model registry (``omni models``, a stage resolving
+    its model), in that caller's thread. Merged; a name provided twice conflicts.
+    """
     return ()
 
 

@@ -1,4 +1,4 @@
-"""``omni models build``: build the tiny demo models (offline, deterministic)."""
+"""``omni models``: list and build the registered models (offline, deterministic)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,28 @@ if TYPE_CHECKING:
 
 
 def register(app: typer.Typer, state: CliState) -> None:
-    models = typer.Typer(help="Tiny demo models.", no_args_is_help=True, rich_markup_mode=None)
+    models = typer.Typer(
+        help="Models built locally (the core's demo models and the plugins').",
+        no_args_is_help=True,
+        rich_markup_mode=None,
+    )
     app.add_typer(models, name="models")
+
+    @models.command("list")
+    def list_models() -> None:
+        """Registered models: name, version, provider, built or not, description."""
+        from omni_core.models import model_path
+
+        console = Console()
+        providers = state.host.model_providers()
+        for name, spec in sorted(state.host.models().items()):
+            where = model_path(name, state.settings.cache_dir, spec.version)
+            built = (where / ".complete").exists()
+            console.print(
+                f"{name} {spec.version} [{providers[name]}] {'built' if built else 'not built'}"
+                f" - {spec.description}",
+                markup=False,
+            )
 
     @models.command("build")
     def build(
@@ -22,30 +42,37 @@ def register(app: typer.Typer, state: CliState) -> None:
             bool, typer.Option(help="Compare the files with the committed checksums.")
         ] = False,
     ) -> None:
-        """Build demo models into $OMNI_CACHE_DIR/models (skips the ones already built)."""
+        """Build models into $OMNI_CACHE_DIR/models (skips the ones already built)."""
         from omni_core.cli.app import fail
         from omni_core.errors import RequestError
-        from omni_core.models import MODELS, committed_checksums, ensure_model, tree_hashes
+        from omni_core.models import build_into, model_path, tree_hashes
 
-        unknown = [n for n in names or () if n not in MODELS]
+        try:
+            specs = state.host.models()
+        except Exception as exc:
+            raise fail(state, exc) from None
+        unknown = [n for n in names or () if n not in specs]
         if unknown:
             raise fail(
-                state,
-                RequestError(f"unknown demo model(s) {unknown} (known: {', '.join(MODELS)})"),
+                state, RequestError(f"unknown model(s) {unknown} (known: {', '.join(specs)})")
             )
         console = Console()
-        expected = committed_checksums()
         bad = []
-        for name in names or MODELS:
+        for name in names or specs:
+            spec = specs[name]
             try:
-                path = ensure_model(name, state.settings.cache_dir)
+                path = build_into(spec, model_path(name, state.settings.cache_dir, spec.version))
             except Exception as exc:
                 raise fail(state, exc) from None
-            same = tree_hashes(path) == expected.get(name)
-            console.print(
-                f"{name}: {path}" + (f" (checksums {'ok' if same else 'DIFFER'})" if check else ""),
-                markup=False,
-            )
-            bad += [] if same or not check else [name]
+            if not check:
+                console.print(f"{name}: {path}", markup=False)
+                continue
+            if spec.checksums is None:
+                verdict = "no committed checksums"
+            else:
+                same = tree_hashes(path) == dict(spec.checksums)
+                verdict = "checksums ok" if same else "checksums DIFFER"
+                bad += [] if same else [name]
+            console.print(f"{name}: {path} ({verdict})", markup=False)
         if bad:
             raise typer.Exit(1)

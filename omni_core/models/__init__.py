@@ -1,7 +1,10 @@
-"""Tiny demo models, built locally and deterministically (no model hub is ever contacted).
+"""Models built locally by name (no model hub is ever contacted).
 
-``omni models build`` builds them into ``$OMNI_CACHE_DIR/models``; the first ``omni run`` that
-needs one builds it. Checksums of every built file are committed in ``checksums.json``.
+Plugins register them with ``omni_register_models`` (:class:`~omni_core.plugin.types.ModelSpec`);
+the core's own tiny demo models are registered by the built-in plugin the same way.
+``omni models build`` builds them into ``$OMNI_CACHE_DIR/models/NAME-VERSION``; an engine whose
+``engine_args.model`` names one builds it on first use. Builds are atomic: built aside, then
+renamed. The core's checksums are committed in ``checksums.json``; a plugin commits its own.
 """
 
 from __future__ import annotations
@@ -9,64 +12,92 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import shutil
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from omni_core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from omni_core.plugin.hooks import PluginHost
+    from omni_core.plugin.types import ModelSpec
 
 logger = logging.getLogger(__name__)
 
-MODELS = ("tiny-thinker", "tiny-talker", "tiny-vocoder", "tiny-denoiser")
-VERSION = "v1"
+MODELS = ("tiny-thinker", "tiny-talker", "tiny-vocoder", "tiny-denoiser")  # the core's own
+VERSION = "v1"  # of the core's own
 
 
 def models_root(cache_dir: Path) -> Path:
     return Path(cache_dir) / "models"
 
 
-def model_path(name: str, cache_dir: Path) -> Path:
-    return models_root(cache_dir) / f"{name}-{VERSION}"
+def model_path(name: str, cache_dir: Path, version: str = VERSION) -> Path:
+    return models_root(cache_dir) / f"{name}-{version}"
 
 
 def tree_hashes(path: Path) -> dict[str, str]:
+    """SHA-256 of every file under ``path`` by relative POSIX path (the build marker left out)."""
     return {
-        str(p.relative_to(path)): hashlib.sha256(p.read_bytes()).hexdigest()
+        p.relative_to(path).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
         for p in sorted(path.rglob("*"))
         if p.is_file() and p.name != ".complete"
     }
 
 
 def committed_checksums() -> dict[str, dict[str, str]]:
+    """The core's demo models' committed checksums, by model name."""
     text = resources.files("omni_core.models").joinpath("checksums.json").read_text()
     return json.loads(text)  # type: ignore[no-any-return,unused-ignore]
 
 
-def ensure_model(name: str, cache_dir: Path) -> Path:
-    """The model's directory, built first if it is missing (atomic: built aside, then renamed)."""
-    if name not in MODELS:
-        raise ValueError(f"unknown demo model '{name}' (known: {', '.join(MODELS)})")
-    target = model_path(name, cache_dir)
+def registered_models(host: PluginHost | None = None) -> dict[str, ModelSpec]:
+    """Every model the plugins register (``host``'s, else a fresh host from the environment's
+    settings: built-ins plus installed entry points)."""
+    if host is None:
+        from omni_core.plugin.hooks import PluginHost
+
+        host = PluginHost.create()
+    return host.models()
+
+
+def build_into(spec: ModelSpec, target: Path) -> Path:
+    """Build ``spec`` into ``target`` unless it is complete there: built in ``target.building``,
+    marked complete, then renamed (a failed or interrupted build never leaves ``target``)."""
     if (target / ".complete").exists():
         return target
-    from omni_core.models.build import build_model
-
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = target.with_name(target.name + ".building")
     if staging.exists():
-        import shutil
-
         shutil.rmtree(staging)
-    logger.info("building demo model %s in %s", name, target)
-    build_model(name, staging)
+    staging.mkdir()
+    logger.info("building model %s in %s", spec.name, target)
+    try:
+        spec.build(staging)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     (staging / ".complete").write_text("ok\n")
     if target.exists():
-        import shutil
-
         shutil.rmtree(target)
     staging.rename(target)
     return target
 
 
-def resolve_model(name_or_path: str, cache_dir: Path) -> str:
-    """A model argument: a built-in demo model name (built if needed) or a local path."""
-    if name_or_path in MODELS:
-        return str(ensure_model(name_or_path, cache_dir))
-    return name_or_path
+def ensure_model(name: str, cache_dir: Path, host: PluginHost | None = None) -> Path:
+    """The registered model's directory, built first if it is missing."""
+    specs = registered_models(host)
+    spec = specs.get(name)
+    if spec is None:
+        raise ConfigError([f"unknown model '{name}' (registered: {', '.join(sorted(specs))})"])
+    return build_into(spec, model_path(name, cache_dir, spec.version))
+
+
+def resolve_model(name_or_path: str, cache_dir: Path, host: PluginHost | None = None) -> str:
+    """A model argument: a registered model's name (built if needed), else returned as given (a
+    local path or a hub id, for the engine to load)."""
+    spec = registered_models(host).get(name_or_path)
+    if spec is None:
+        return name_or_path
+    return str(build_into(spec, model_path(spec.name, cache_dir, spec.version)))

@@ -5,12 +5,13 @@ Registered like any third-party plugin (it can even be disabled as ``builtin``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from importlib import resources
+from pathlib import Path
 
 from omni_core.config.pipeline import PipelineConfig
 from omni_core.plugin import PLUGIN_API_VERSION, hookimpl
-from omni_core.plugin.types import Bridge, EngineKind, PipelineSpec, StageKind
+from omni_core.plugin.types import Bridge, EngineKind, ModelSpec, PipelineSpec, StageKind
 
 OMNI_PLUGIN_API_VERSION = PLUGIN_API_VERSION
 
@@ -61,6 +62,34 @@ def omni_register_bridges() -> Iterable[Bridge]:
     return [
         Bridge("tokens", default_bridge, "upstream token ids (else text) as the next prompt"),
         Bridge("text", text_bridge, "upstream text as the next prompt"),
+    ]
+
+
+_MODEL_DESCRIPTIONS = {
+    "tiny-thinker": "tiny Llama-style text LM (random weights; vllm kind)",
+    "tiny-talker": "tiny Llama-style codec LM (random weights; vllm kind)",
+    "tiny-vocoder": "codec tokens to sinusoid audio (vocoder kind)",
+    "tiny-denoiser": "tiny conditional noise predictor (diffusion kind)",
+}
+
+
+def _build_demo(name: str) -> Callable[[Path], None]:
+    def build(out: Path) -> None:
+        from omni_core.models.build import build_model
+
+        build_model(name, out)
+
+    return build
+
+
+@hookimpl
+def omni_register_models() -> Iterable[ModelSpec]:
+    from omni_core.models import MODELS, VERSION, committed_checksums
+
+    checksums = committed_checksums()
+    return [
+        ModelSpec(name, _build_demo(name), VERSION, checksums.get(name), _MODEL_DESCRIPTIONS[name])
+        for name in MODELS
     ]
 
 

@@ -20,6 +20,7 @@ from omni_core.plugin.types import (
     ConfigSection,
     EngineKind,
     ForwardGate,
+    ModelSpec,
     PipelineSpec,
     ServerRoute,
     StageKind,
@@ -134,6 +135,12 @@ class PluginHost:
         return {
             k: v for k, (_, v) in self._registered("omni_register_pipelines", PipelineSpec).items()
         }
+
+    def models(self) -> dict[str, ModelSpec]:
+        return {k: v for k, (_, v) in self._registered("omni_register_models", ModelSpec).items()}
+
+    def model_providers(self) -> dict[str, str]:
+        return {k: p for k, (p, _) in self._registered("omni_register_models", ModelSpec).items()}
 
     def engine_kinds(self) -> dict[str, EngineKind]:
         return {

@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from omni_core.errors import PluginError
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from pydantic import BaseModel
 
     from omni_core.config.pipeline import PipelineConfig, StageConfig
     from omni_core.stage.client import StageClient, StageContext
 
 _NAME = re.compile(r"^[a-z][a-z0-9_.-]*$")
+_VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")  # part of a directory name
 
 
 def _check_name(kind: str, name: str) -> None:
@@ -80,6 +83,30 @@ class PipelineSpec:
 
     def __post_init__(self) -> None:
         _check_name("pipeline", self.name)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """A model built locally (``omni models build NAME``; ``engine_args.model: NAME``).
+
+    ``build(directory)`` writes every file of the model into an empty ``directory``, offline and
+    deterministically (it runs in the calling process, e.g. an engine's caller thread, and may
+    import heavy libraries). The built model lives in ``$OMNI_CACHE_DIR/models/NAME-VERSION``:
+    a new ``version`` is a new directory, so change it whenever the builder's output changes.
+    ``checksums`` maps each file's path (relative, ``/``-separated) to its SHA-256, for
+    ``omni models build --check``; None when the build is not byte-reproducible.
+    """
+
+    name: str
+    build: Callable[[Path], None]
+    version: str
+    checksums: Mapping[str, str] | None = None
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        _check_name("model", self.name)
+        if not isinstance(self.version, str) or not _VERSION.match(self.version):
+            raise PluginError(f"model {self.name!r}: version {self.version!r} is invalid")
 
 
 @dataclass(frozen=True, slots=True)

@@ -112,7 +112,7 @@ def test_long_chain_within_bounds_validates(tmp_path):
     [
         (["--log-level", "bogus", "stages"], "Invalid value for '--log-level': 'bogus'"),
         (["nosuch"], "No such command 'nosuch'"),
-        (["models", "build", "nosuch"], "unknown demo model(s) ['nosuch']"),
+        (["models", "build", "nosuch"], "unknown model(s) ['nosuch']"),
         (["bench", "chaos", "--concurrency", "0"], "chaos: concurrency must be in 1..65536"),
         (["bench", "chaos", "--requests", "-1"], "chaos: requests must be in 1.."),
         (["bench", "nosuch"], "unknown benchmark(s) ['nosuch']"),
