@@ -8,6 +8,8 @@ fault handling and data plane are the same as for every other process stage.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +25,10 @@ class VllmArgs(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    model: str = Field(description="a demo model name (tiny-thinker, tiny-talker) or a path")
+    model: str = Field(
+        description="a registered model's name (omni models list: tiny-thinker, a plugin's), "
+        "built on first use; else a local path or a hub id"
+    )
     threads: int = Field(default=1, ge=1, description="OpenMP/torch threads of this replica")
     max_model_len: int = Field(default=512, description="longest prompt + output, in tokens")
     max_num_seqs: int = Field(default=64, description="requests batched per engine step, at most")
@@ -51,6 +56,11 @@ class VllmArgs(BaseModel):
         default_factory=dict,
         description="extra variables for the chat template (a request's own override these)",
     )
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        description="environment variables of the replica's process, over the inherited ones; "
+        "a PYTHONPATH here is prepended to the inherited PYTHONPATH",
+    )
 
 
 def thread_env(threads: int) -> dict[str, str]:
@@ -66,6 +76,17 @@ def thread_env(threads: int) -> dict[str, str]:
     }
 
 
+def process_env(threads: int, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """:func:`thread_env` plus a stage's own variables (``extra`` wins; its ``PYTHONPATH`` is
+    prepended to this process's, so the stage process still finds what this one does)."""
+    env = thread_env(threads)
+    for key, value in (extra or {}).items():
+        if key == "PYTHONPATH":
+            value = os.pathsep.join(p for p in (value, os.environ.get("PYTHONPATH")) if p)
+        env[key] = value
+    return env
+
+
 def stage_log(context: StageContext, stage_name: str, replica: int) -> Path:
     """Where an engine stage process writes its stderr (engine libraries are chatty)."""
     logs = Path(context.settings.cache_dir) / "logs" / context.pipeline_name
@@ -79,13 +100,15 @@ def engine_process_client(
     context: StageContext,
     config: dict[str, Any],
     threads: int,
+    env: Mapping[str, str] | None = None,
     **options: Any,
 ) -> ProcessStageClient:
-    """A process replica for an engine kind: pinned threads, stderr to the stage's log."""
+    """A process replica for an engine kind: pinned threads, ``env`` (see :func:`process_env`),
+    stderr to the stage's log."""
     return ProcessStageClient(
         f"stage '{stage.name}' replica {replica}",
         config,
-        env=thread_env(threads),
+        env=process_env(threads, env),
         log_path=stage_log(context, stage.name, replica),
         **options,
     )
@@ -125,6 +148,7 @@ def make_vllm_client(stage: Any, replica: int, context: StageContext) -> Process
         context,
         config,
         args.threads,
+        env=args.env,
         start_timeout_s=args.start_timeout_s,
         preload=("omni_core.kinds.vllm_adapter",) if args.request_output_payload else (),
     )

@@ -12,10 +12,12 @@ from importlib import resources
 from typing import TYPE_CHECKING
 
 from omni_core import hookimpl
-from omni_core.plugin.types import ModelSpec
+from omni_core.plugin.types import ModelSpec, PipelineSpec
 
 if TYPE_CHECKING:
     from pathlib import Path
+
+    from omni_core.config.pipeline import PipelineConfig
 
 OMNI_PLUGIN_API_VERSION = 1
 
@@ -46,5 +48,21 @@ def omni_register_models() -> Iterable[ModelSpec]:
             committed_checksums(),
             "Qwen2.5-Omni architecture at tiny sizes (thinker+audio/vision encoders, talker, "
             "token2wav), random weights from a fixed seed, ~18 MB",
+        )
+    ]
+
+
+@hookimpl
+def omni_register_pipelines() -> Iterable[PipelineSpec]:
+    def load() -> PipelineConfig:
+        from omni_qwen.pipelines import thinker_pipeline
+
+        return thinker_pipeline()
+
+    return [
+        PipelineSpec(
+            "qwen2.5-omni-thinker",
+            load,
+            "Qwen2.5-Omni thinker on vLLM (tiny-qwen2.5-omni): text/audio/image in, text out",
         )
     ]
