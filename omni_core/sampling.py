@@ -1,55 +1,95 @@
-"""The core's sampling parameters (one object per stage, or one for all stages)."""
+"""The core's sampling parameters (one object per stage, or one for all stages).
+
+Ranges are declared on the fields and checked when params are parsed or validated, so a bad value
+is rejected at the edge (:class:`~omni_core.errors.RequestError` naming the field) instead of in a
+stage process. They are the ranges vLLM accepts; every number must be finite.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import sys
+from typing import Annotated, Any
 
 import msgspec
 
 from omni_core.errors import RequestError
+
+FLOAT_MAX = sys.float_info.max  # an upper bound that rejects inf (and, as every bound, NaN)
+SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1  # a signed 64-bit integer (what samplers accept)
+MAX_LOGPROBS = 20  # vLLM's default max_logprobs (OpenAI's top_logprobs bound too)
+
+Finite = Annotated[float, msgspec.Meta(ge=-FLOAT_MAX, le=FLOAT_MAX)]
+Temperature = Annotated[float, msgspec.Meta(ge=0.0, le=2.0)]
+Probability = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
+TopP = Annotated[float, msgspec.Meta(gt=0.0, le=1.0)]
+TopK = Annotated[int, msgspec.Meta(ge=-1, le=SEED_MAX)]  # 0 or -1: disabled (vLLM's convention)
+Penalty = Annotated[float, msgspec.Meta(ge=-2.0, le=2.0)]
+RepetitionPenalty = Annotated[float, msgspec.Meta(gt=0.0, le=FLOAT_MAX)]
+Seed = Annotated[int, msgspec.Meta(ge=SEED_MIN, le=SEED_MAX)]
+Positive = Annotated[int, msgspec.Meta(ge=1, le=SEED_MAX)]
+Logprobs = Annotated[int, msgspec.Meta(ge=0, le=MAX_LOGPROBS)]
+Seconds = Annotated[float, msgspec.Meta(gt=0.0, le=FLOAT_MAX)]
+StopString = Annotated[str, msgspec.Meta(min_length=1)]
 
 
 class SamplingParams(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
     """Sampling parameters for one stage.
 
     ``n`` > 1 fans the request out into parallel-sampling children (a pipeline-level setting: the
-    value given for the first stage counts). ``deadline_s`` aborts the request with
-    ``finish_reason="timeout"`` when it expires. ``extra`` carries engine-specific fields that
-    stage kinds may read (e.g. vLLM's own sampling fields).
+    value given for the first stage counts; the engine bounds it by ``OMNI_MAX_N``).
+    ``deadline_s`` aborts the request with ``finish_reason="timeout"`` when it expires.
+    ``top_k`` None, 0 or -1 disables top-k; ``min_p`` 0 disables min-p; the penalties' defaults
+    (0, 0, 1) apply none. ``extra`` carries engine-specific fields that stage kinds may read
+    (e.g. vLLM's own sampling fields); it is not checked here: the stage kind checks it.
     """
 
-    max_tokens: int | None = None
-    temperature: float = 1.0
-    top_p: float = 1.0
-    seed: int | None = None
-    stop: list[str] = msgspec.field(default_factory=list)
-    n: int = 1
-    logprobs: int | None = None
-    deadline_s: float | None = None
+    max_tokens: Positive | None = None
+    temperature: Temperature = 1.0
+    top_p: TopP = 1.0
+    top_k: TopK | None = None
+    min_p: Probability = 0.0
+    frequency_penalty: Penalty = 0.0
+    presence_penalty: Penalty = 0.0
+    repetition_penalty: RepetitionPenalty = 1.0
+    seed: Seed | None = None
+    stop: list[StopString] = msgspec.field(default_factory=list)
+    n: Positive = 1
+    logprobs: Logprobs | None = None
+    deadline_s: Seconds | None = None
     extra: dict[str, Any] = msgspec.field(default_factory=dict)
 
     def validate(self, where: str = "sampling_params") -> SamplingParams:
-        problems = []
-        if self.n < 1:
-            problems.append(f"{where}.n must be >= 1 (got {self.n})")
-        if self.max_tokens is not None and self.max_tokens < 1:
-            problems.append(f"{where}.max_tokens must be >= 1 (got {self.max_tokens})")
-        if self.temperature < 0:
-            problems.append(f"{where}.temperature must be >= 0 (got {self.temperature})")
-        if self.deadline_s is not None and self.deadline_s <= 0:
-            problems.append(f"{where}.deadline_s must be > 0 (got {self.deadline_s})")
-        if self.logprobs is not None and self.logprobs < 0:
-            problems.append(f"{where}.logprobs must be >= 0 (got {self.logprobs})")
-        if problems:
-            raise RequestError("; ".join(problems))
-        return self
+        """These params, checked (types and ranges); raises RequestError naming the field.
+
+        Params built in Python skip the checks of parsing: this runs them.
+        """
+        return type(self)._parse(msgspec.structs.asdict(self), where)
 
     @classmethod
     def from_mapping(cls, data: dict[str, Any], where: str = "sampling_params") -> SamplingParams:
+        return cls._parse(data, where)
+
+    @classmethod
+    def _parse(cls, data: Any, where: str) -> SamplingParams:
         try:
-            return msgspec.convert(data, cls).validate(where)
+            return msgspec.convert(data, cls)
         except msgspec.ValidationError as exc:
-            raise RequestError(f"{where}: {exc}") from None
+            raise RequestError(_problem(where, data, str(exc))) from None
 
     def merged(self, overrides: dict[str, Any]) -> SamplingParams:
         return msgspec.structs.replace(self, **overrides)
+
+
+def _problem(where: str, data: Any, message: str) -> str:
+    """msgspec's "Expected `float` <= 2.0 - at `$.temperature`" → one line naming the field and
+    the value that was given."""
+    text, sep, path = message.rpartition(" - at `$")
+    if not sep:
+        return f"{where}: {message}"
+    path = path.rstrip("`")
+    line = f"{where}{path}: {text[:1].lower()}{text[1:]}"
+    name = path.lstrip(".").split("[", 1)[0]
+    if isinstance(data, dict) and name in data:
+        value = repr(data[name])
+        line += f" (value: {value if len(value) <= 80 else value[:77] + '...'})"
+    return line

@@ -49,6 +49,17 @@ class OmniSettings(BaseSettings):
         "engine starts (Python's default 700 makes full collections rescan every in-flight "
         "request's state many times a second under load; 50000 is a good serving value)",
     )
+    max_n: int = Field(
+        default=16,
+        ge=1,
+        description="largest n (parallel samples) one request may ask for; above it the request "
+        "is rejected (400)",
+    )
+    fault_injection: bool = Field(
+        default=False,
+        description="testing only: stage processes fail one request on purpose when its "
+        "sampling params' extra carries 'omni_fault' ('add' or 'step')",
+    )
     cache_dir: Path = Field(default_factory=lambda: Path.home() / ".cache" / "omni-core")
 
     @field_validator("disable_plugins", mode="before")

@@ -44,9 +44,7 @@ class AsyncOmniEngine(OmniEngineBase):
             raise RequestError("give either a prompt or messages")
         if messages is not None:
             prompt = self.render_chat(messages).prompt
-        rid = self.new_request_id() if request_id is None else request_id
-        if not isinstance(rid, str) or not rid:
-            raise RequestError("request_id must be a non-empty string")
+        rid = self.new_request_id() if request_id is None else self.check_request_id(request_id)
         if rid in runtime.streams:
             raise RequestError(f"request id '{rid}' is already in flight")
         _check_prompt(prompt)

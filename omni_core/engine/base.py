@@ -28,6 +28,7 @@ from omni_core.config.settings import OmniSettings
 from omni_core.engine.runtime import EngineRuntime
 from omni_core.errors import ConfigError, RequestError
 from omni_core.messages import AbortRequest, CollectiveRpc
+from omni_core.orchestrator.ids import caller_id_problem
 from omni_core.outputs import AbortResult
 from omni_core.plugin.hooks import PluginHost
 from omni_core.sampling import SamplingParams
@@ -136,6 +137,15 @@ class OmniEngineBase:
     def new_request_id(self) -> str:
         return f"{self._id_prefix}-{next(self._ids)}"
 
+    def check_request_id(self, request_id: Any) -> str:
+        """A caller's request id: a non-empty string without control characters, outside the
+        namespace of the ids the engine derives (parallel-sampling children ``"{i}_{id}"``), so
+        that no caller id is another request's internal id. Raises RequestError."""
+        problem = caller_id_problem(request_id)
+        if problem is not None:
+            raise RequestError(problem)
+        return str(request_id)
+
     def stage_params(
         self, sampling_params: SamplingParams | dict[str, Any] | None
     ) -> dict[int, SamplingParams]:
@@ -143,8 +153,9 @@ class OmniEngineBase:
         if sampling_params is None:
             return self.default_params
         if isinstance(sampling_params, SamplingParams):
-            sampling_params.validate()
-            return {sid: sampling_params for sid in self.default_params}
+            checked = sampling_params.validate()
+            self._check_n(checked, "sampling_params")
+            return {sid: checked for sid in self.default_params}
         if not isinstance(sampling_params, dict):
             raise RequestError(
                 "sampling_params must be a SamplingParams or a mapping stage name -> params, "
@@ -159,11 +170,21 @@ class OmniEngineBase:
                 )
             where = f"sampling_params['{name}']"
             if isinstance(value, SamplingParams):
-                params[by_name[name]] = value.validate(where)
+                params[by_name[name]] = self._check_n(value.validate(where), where)
             elif isinstance(value, dict):
-                params[by_name[name]] = SamplingParams.from_mapping(value, where)
+                params[by_name[name]] = self._check_n(
+                    SamplingParams.from_mapping(value, where), where
+                )
             else:
                 raise RequestError(f"{where} must be SamplingParams or a mapping")
+        return params
+
+    def _check_n(self, params: SamplingParams, where: str) -> SamplingParams:
+        if params.n > self.settings.max_n:
+            raise RequestError(
+                f"{where}.n: {params.n} parallel samples asked, at most {self.settings.max_n} "
+                "allowed (OMNI_MAX_N)"
+            )
         return params
 
     # --- liveness, health -----------------------------------------------------------------------

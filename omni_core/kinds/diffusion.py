@@ -13,13 +13,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from omni_core.kinds.vllm_kind import engine_process_client
 from omni_core.kinds.worker_base import TorchStageEngine
 from omni_core.outputs import StageOutput
 from omni_core.stage.client import StageContext
 from omni_core.stage.process import ProcessStageClient
+from omni_core.stage.worker import error_output
 
 
 class DiffusionArgs(BaseModel):
@@ -36,6 +37,25 @@ class DiffusionArgs(BaseModel):
         default="whole",
         description="output mode: `whole` (an abort retries the whole sample) or `ar`",
     )
+
+
+class DiffusionOptions(BaseModel):
+    """A request's ``extra["diffusion"]`` (a pydantic ValidationError is a ValueError: 400)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    steps: int | None = Field(default=None, ge=1)
+    preview_every: int | None = Field(default=None, ge=0, description="0: no previews")
+
+
+class Conditioning(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    tokens: list[int]
+    weight: float = Field(default=1.0, allow_inf_nan=False)
+
+
+_CONDITIONINGS = TypeAdapter(list[Conditioning])
 
 
 def make_diffusion_client(stage: Any, replica: int, context: StageContext) -> ProcessStageClient:
@@ -73,21 +93,21 @@ class DiffusionEngine(TorchStageEngine):
 
     def add(self, request: Any) -> None:
         torch = self.torch
-        extra = request.params.extra.get("diffusion", {})
-        steps = int(extra.get("steps", self.args.steps))
+        options = DiffusionOptions.model_validate(request.params.extra.get("diffusion", {}))
+        steps = options.steps or self.args.steps
         seed = request.params.seed if request.params.seed is not None else self.args.seed
         gen = torch.Generator().manual_seed(int(seed))
-        conds = [
-            (self.embed(c["tokens"]), float(c["weight"])) for c in _conditionings(request.prompt)
-        ]
+        conds = [(self.embed(c.tokens), c.weight) for c in _conditionings(request.prompt)]
         latent = torch.randn(*self.spec["latent"], generator=gen)
-        preview = extra.get("preview_every", self.args.preview_every) or None
+        preview = options.preview_every
+        if preview is None:
+            preview = self.args.preview_every
         self.samples[request.request_id] = {
             "x": latent,
             "k": 0,
             "steps": steps,
             "conds": conds,
-            "preview": preview,
+            "preview": preview or None,
         }
 
     def add_input(self, request_id: str, prompt: Any, final: bool) -> None:
@@ -111,29 +131,38 @@ class DiffusionEngine(TorchStageEngine):
         return torch.tanh(self.w["w2"] @ hidden).reshape(x.shape)
 
     def step(self) -> list[StageOutput]:
-        from omni_core.media import Image
-
         outputs = []
         for rid, s in list(self.samples.items()):
-            t = 1.0 - s["k"] / s["steps"]
-            eps = sum(w * self.eps(s["x"], c, t) for c, w in s["conds"])
-            s["x"] = s["x"] - eps * (2.0 / s["steps"])
-            s["k"] += 1
-            done = s["k"] >= s["steps"]
-            preview = s["preview"] and s["k"] % s["preview"] == 0
-            if done or preview:
-                image = Image(self.plane.put(self.to_image(s["x"])))
-                outputs.append(
-                    StageOutput(
-                        request_id=rid,
-                        payload=image,
-                        finished=done,
-                        finish_reason="stop" if done else None,
-                    )
-                )
-            if done:
+            try:
+                out = self._step_one(rid, s)
+            except Exception as exc:  # this request's own failure: it ends, the others go on
                 del self.samples[rid]
+                outputs.append(error_output(rid, exc))
+                continue
+            if out is not None:
+                outputs.append(out)
+                if out.finished:
+                    del self.samples[rid]
         return outputs
+
+    def _step_one(self, rid: str, s: dict[str, Any]) -> StageOutput | None:
+        """One denoising step of one sample; its image when done or at a preview."""
+        from omni_core.media import Image
+
+        t = 1.0 - s["k"] / s["steps"]
+        eps = sum(w * self.eps(s["x"], c, t) for c, w in s["conds"])
+        s["x"] = s["x"] - eps * (2.0 / s["steps"])
+        s["k"] += 1
+        done = s["k"] >= s["steps"]
+        preview = s["preview"] and s["k"] % s["preview"] == 0
+        if not (done or preview):
+            return None
+        return StageOutput(
+            request_id=rid,
+            payload=Image(self.plane.put(self.to_image(s["x"]))),
+            finished=done,
+            finish_reason="stop" if done else None,
+        )
 
     def to_image(self, x: Any) -> Any:
         up = self.spec["upscale"]
@@ -142,12 +171,12 @@ class DiffusionEngine(TorchStageEngine):
         return pixels.permute(1, 2, 0).contiguous().numpy()
 
 
-def _conditionings(prompt: Any) -> list[dict[str, Any]]:
+def _conditionings(prompt: Any) -> list[Conditioning]:
     if isinstance(prompt, dict) and "conditionings" in prompt:
-        return list(prompt["conditionings"])
+        return _CONDITIONINGS.validate_python(prompt["conditionings"])
     if isinstance(prompt, list):
-        return [{"tokens": prompt, "weight": 1.0}]
-    return [{"tokens": list(str(prompt).encode()), "weight": 1.0}]
+        return [Conditioning(tokens=prompt)]
+    return [Conditioning(tokens=list(str(prompt).encode()))]
 
 
 def build(config: dict[str, Any]) -> DiffusionEngine:

@@ -20,6 +20,7 @@ os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 import vllm
 from vllm import EngineArgs, LLMEngine
 from vllm import SamplingParams as VllmSamplingParams
+from vllm.exceptions import VLLMClientError
 from vllm.inputs import TokensPrompt
 from vllm.outputs import CompletionOutput, RequestOutput
 from vllm.sampling_params import RequestOutputKind
@@ -38,6 +39,7 @@ __all__ = [
     "EngineCoreRequest",
     "EngineDeadError",
     "RequestOutput",
+    "VLLMClientError",
     "build_engine",
     "sampling_params",
     "to_prompt",
@@ -49,20 +51,55 @@ def build_engine(model: str, **engine_args: Any) -> LLMEngine:
     return LLMEngine.from_engine_args(EngineArgs(model=model, **engine_args))
 
 
+# Our SamplingParams fields vLLM takes, with the defaults both share: left out when unchanged.
+_SHARED_DEFAULTS: dict[str, Any] = {
+    "temperature": 1.0,
+    "top_p": 1.0,
+    "top_k": None,
+    "min_p": 0.0,
+    "frequency_penalty": 0.0,
+    "presence_penalty": 0.0,
+    "repetition_penalty": 1.0,
+    "seed": None,
+    "logprobs": None,
+}
+INT64 = (-(2**63), 2**63 - 1)
+
+
 def sampling_params(params: Any, final_only: bool = False) -> VllmSamplingParams:
     """Our :class:`~omni_core.sampling.SamplingParams` → vLLM's: streaming deltas, or only the
-    finished output (all tokens at once) with ``final_only``."""
-    extra = dict(params.extra.get("vllm", {}))
-    return VllmSamplingParams(
-        max_tokens=params.max_tokens,
-        temperature=params.temperature,
-        top_p=params.top_p,
-        seed=params.seed,
-        stop=list(params.stop) or None,
-        logprobs=params.logprobs,
-        output_kind=RequestOutputKind.FINAL_ONLY if final_only else RequestOutputKind.DELTA,
-        **extra,
-    )
+    finished output (all tokens at once) with ``final_only``. ``extra["vllm"]`` adds (or
+    overrides) vLLM's own fields.
+
+    Raises ValueError (or vLLM's validation error) for values vLLM refuses, and for those it
+    would accept here and fail on in a later step (a seed that is no 64-bit integer).
+    """
+    kwargs: dict[str, Any] = {"max_tokens": params.max_tokens}
+    for name, default in _SHARED_DEFAULTS.items():
+        value = getattr(params, name)
+        if value != default:  # NaN goes through: vLLM says why not
+            kwargs[name] = value
+    if params.stop:
+        kwargs["stop"] = list(params.stop)
+    extra = params.extra.get("vllm", {})
+    if not isinstance(extra, dict):
+        raise ValueError(f"extra['vllm'] must be a mapping of vLLM sampling fields, not {extra!r}")
+    kwargs.update(extra)
+    kwargs["output_kind"] = RequestOutputKind.FINAL_ONLY if final_only else RequestOutputKind.DELTA
+    _check_integers(kwargs)
+    try:
+        return VllmSamplingParams(**kwargs)
+    except TypeError as exc:  # an unknown field or a value of the wrong type
+        raise ValueError(f"sampling params for vLLM: {exc}") from None
+
+
+def _check_integers(kwargs: dict[str, Any]) -> None:
+    seed = kwargs.get("seed")
+    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
+        raise ValueError(f"seed must be an integer, got {seed!r}")
+    for name, value in kwargs.items():
+        if isinstance(value, int) and not INT64[0] <= value <= INT64[1]:
+            raise ValueError(f"{name} must be a signed 64-bit integer, got {value}")
 
 
 def to_prompt(prompt: Any) -> Any:

@@ -4,6 +4,12 @@
 each input chunk runs as its own generation whose prompt is the whole input received so far
 (prefix caching keeps the repeated prefix cheap); their outputs are one stream for the request,
 which finishes with the last chunk's generation once the input is closed.
+
+Failures: what vLLM raises while accepting a request (a prompt longer than ``max_model_len``,
+sampling values it refuses) fails that request with 400 (:mod:`omni_core.stage.worker` catches
+it); an error while taking one request's step output (or starting a streamed request's next
+chunk) fails that request here. An exception from vLLM's ``step()`` itself is the engine's: the
+replica ends.
 """
 
 from __future__ import annotations
@@ -13,7 +19,21 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from omni_core.errors import RequestError
 from omni_core.outputs import StageOutput
+from omni_core.stage.worker import REQUEST_ERRORS, error_output, injected_fault
+
+
+class PromptTooLongError(RequestError):
+    """A prompt (after tokenization) longer than the stage's ``max_model_len`` allows (400)."""
+
+
+def _about_prompt_length(exc: BaseException) -> bool:
+    """vLLM 0.32 says it three ways: tokens over the limit (``input_tokens``), text longer than
+    the limit's characters (``input_text``), no room left for one output token."""
+    if getattr(exc, "parameter", None) in ("input_tokens", "input_text"):
+        return True
+    return "maximum model length" in str(exc) or "maximum context length" in str(exc)
 
 
 @dataclass
@@ -37,6 +57,8 @@ class VllmWorkerEngine:
         from omni_core.kinds import vllm_adapter as va
 
         self.va = va
+        self.request_errors = (*REQUEST_ERRORS, va.VLLMClientError)
+        self.fatal_errors = (va.EngineDeadError,)
         self.engine = va.build_engine(
             config["model"],
             enforce_eager=True,
@@ -48,6 +70,7 @@ class VllmWorkerEngine:
             disable_log_stats=True,
             **args["engine"],
         )
+        self.max_model_len = args["max_model_len"]
         self.with_payload = args["request_output_payload"]
         self._warm_up()
         self.dead = False
@@ -55,6 +78,7 @@ class VllmWorkerEngine:
         self.streamed: dict[str, _Streamed] = {}
         self.sub_owner: dict[str, str] = {}  # chunk generation id -> request id
         self.ready: list[StageOutput] = []
+        self.faulty: set[str] = set()  # requests whose next step output raises (testing only)
 
     def _warm_up(self) -> None:
         """One tiny generation at start-up, so the first request does not pay vLLM's lazy init."""
@@ -67,20 +91,37 @@ class VllmWorkerEngine:
 
     # --- commands ---------------------------------------------------------------------------
     def add(self, request: Any) -> None:
+        rid = request.request_id
         if request.streaming_input:
             params = self.va.sampling_params(request.params)
             state = _Streamed(params)
-            self.streamed[request.request_id] = state
-            self._queue_chunk(request.request_id, state, request.prompt)
-            return
-        # Nobody reads this stage's deltas before it finished: one output, at the end.
-        final_only = not request.stream_outputs
-        self.engine.add_request(
-            request.request_id,
-            self.va.to_prompt(request.prompt),
-            self.va.sampling_params(request.params, final_only=final_only),
-            trace_headers=request.trace_context,
-        )
+            self.streamed[rid] = state
+            self._queue_chunk(rid, state, request.prompt)
+        else:
+            # Nobody reads this stage's deltas before it finished: one output, at the end.
+            final_only = not request.stream_outputs
+            self._add_request(
+                rid,
+                self.va.to_prompt(request.prompt),
+                self.va.sampling_params(request.params, final_only=final_only),
+                trace_headers=request.trace_context,
+            )
+        fault = injected_fault(request.params)
+        if fault == "add":
+            raise RuntimeError(f"fault injected while adding request {rid}")
+        if fault == "step":
+            self.faulty.add(rid)
+
+    def _add_request(self, rid: str, prompt: Any, params: Any, **kwargs: Any) -> None:
+        try:
+            self.engine.add_request(rid, prompt, params, **kwargs)
+        except self.va.VLLMClientError as exc:
+            if _about_prompt_length(exc):
+                raise PromptTooLongError(
+                    f"the prompt does not fit this stage's max_model_len ({self.max_model_len} "
+                    f"tokens): {exc}"
+                ) from exc
+            raise
 
     def add_input(self, request_id: str, prompt: Any, final: bool) -> None:
         state = self.streamed.get(request_id)
@@ -103,12 +144,15 @@ class VllmWorkerEngine:
     def _next_chunk(self, request_id: str, state: _Streamed) -> None:
         if state.active is not None or not state.pending:
             return
-        state.prefix.extend(state.pending.popleft())
-        sub = f"{request_id}@{state.chunks}"
+        prefix = state.prefix + state.pending[0]
+        # NUL: no run id holds a control character (omni_core.orchestrator.ids)
+        sub = f"{request_id}\x00{state.chunks}"
+        self._add_request(sub, self.va.to_prompt(prefix), state.params)
+        state.pending.popleft()
+        state.prefix = prefix
         state.chunks += 1
         state.active = sub
         self.sub_owner[sub] = request_id
-        self.engine.add_request(sub, self.va.to_prompt(list(state.prefix)), state.params)
 
     def _maybe_finish(self, request_id: str, state: _Streamed) -> None:
         if state.closed and state.active is None and not state.pending:
@@ -120,6 +164,7 @@ class VllmWorkerEngine:
     def abort(self, request_ids: list[str]) -> None:
         ids = list(request_ids)
         for rid in request_ids:
+            self.faulty.discard(rid)
             state = self.streamed.pop(rid, None)
             if state is not None and state.active is not None:
                 ids.append(state.active)
@@ -164,37 +209,50 @@ class VllmWorkerEngine:
         if self.paused or not self.engine.has_unfinished_requests():
             return outputs
         for ro in self.engine.step():
-            completion = ro.outputs[0]
-            rid = ro.request_id
-            owner = self.sub_owner.get(rid)
-            finished = ro.finished
-            reason = completion.finish_reason
-            if owner is not None:  # a chunk generation of a streamed request
-                if finished:
-                    del self.sub_owner[rid]
-                    state = self.streamed.get(owner)
-                    if state is not None:
-                        state.active = None
-                        self._next_chunk(owner, state)
-                finished, reason, rid = False, None, owner
-            outputs.append(
-                StageOutput(
-                    request_id=rid,
-                    token_ids=list(completion.token_ids),
-                    text=completion.text,
-                    payload=ro if self.with_payload else None,
-                    finished=finished,
-                    finish_reason=reason if finished else None,
-                    logprobs=list(completion.logprobs) if completion.logprobs else None,
-                )
-            )
-            if owner is not None:
-                state = self.streamed.get(owner)
-                if state is not None:
-                    self._maybe_finish(owner, state)
+            owner = self.sub_owner.get(ro.request_id, ro.request_id)
+            try:
+                self._take(ro, outputs)
+            except Exception as exc:  # this request's own failure: it ends, the others go on
+                outputs.append(error_output(owner, exc, self.request_errors))
+                self.abort([owner])
         outputs.extend(self.ready)
         self.ready = []
         return outputs
+
+    def _take(self, ro: Any, outputs: list[StageOutput]) -> None:
+        """Turn one of vLLM's request outputs into ours (and start a streamed request's next
+        chunk when one finished)."""
+        completion = ro.outputs[0]
+        rid = ro.request_id
+        owner = self.sub_owner.get(rid)
+        if self.faulty and (owner or rid) in self.faulty:
+            self.faulty.discard(owner or rid)
+            raise RuntimeError(f"fault injected while stepping request {owner or rid}")
+        finished = ro.finished
+        reason = completion.finish_reason
+        if owner is not None:  # a chunk generation of a streamed request
+            if finished:
+                del self.sub_owner[rid]
+                state = self.streamed.get(owner)
+                if state is not None:
+                    state.active = None
+                    self._next_chunk(owner, state)
+            finished, reason, rid = False, None, owner
+        outputs.append(
+            StageOutput(
+                request_id=rid,
+                token_ids=list(completion.token_ids),
+                text=completion.text,
+                payload=ro if self.with_payload else None,
+                finished=finished,
+                finish_reason=reason if finished else None,
+                logprobs=list(completion.logprobs) if completion.logprobs else None,
+            )
+        )
+        if owner is not None:
+            state = self.streamed.get(owner)
+            if state is not None:
+                self._maybe_finish(owner, state)
 
 
 def build(config: dict[str, Any]) -> VllmWorkerEngine:

@@ -18,6 +18,7 @@ from omni_core.kinds.worker_base import TorchStageEngine
 from omni_core.outputs import StageOutput
 from omni_core.stage.client import StageContext
 from omni_core.stage.process import ProcessStageClient
+from omni_core.stage.worker import error_output
 
 
 class VocoderArgs(BaseModel):
@@ -84,32 +85,39 @@ class VocoderEngine(TorchStageEngine):
         return any(s["chunks"] or s["closed"] for s in self.requests.values())
 
     def step(self) -> list[StageOutput]:
-        from omni_core.media import AudioChunk
-
         outputs = []
         for rid, state in list(self.requests.items()):
-            if state["chunks"]:
-                codes = state["chunks"].popleft()
-                audio = self.voice(codes, state["samples"])
-                state["samples"] += len(audio)
-                last = state["closed"] and not state["chunks"]
-                outputs.append(
-                    StageOutput(
-                        request_id=rid,
-                        token_ids=codes,
-                        finished=last,
-                        finish_reason="stop" if last else None,
-                        payload=AudioChunk(self.plane.put(audio), self.spec["sample_rate"]),
-                    )
-                )
-            elif state["closed"]:
-                last = True
-                outputs.append(StageOutput(request_id=rid, finished=True, finish_reason="stop"))
-            else:
+            try:
+                out = self._step_one(rid, state)
+            except Exception as exc:  # this request's own failure: it ends, the others go on
+                del self.requests[rid]
+                outputs.append(error_output(rid, exc))
                 continue
-            if last:
+            if out is None:
+                continue
+            outputs.append(out)
+            if out.finished:
                 del self.requests[rid]
         return outputs
+
+    def _step_one(self, rid: str, state: dict[str, Any]) -> StageOutput | None:
+        from omni_core.media import AudioChunk
+
+        if state["chunks"]:
+            codes = state["chunks"].popleft()
+            audio = self.voice(codes, state["samples"])
+            state["samples"] += len(audio)
+            last = state["closed"] and not state["chunks"]
+            return StageOutput(
+                request_id=rid,
+                token_ids=codes,
+                finished=last,
+                finish_reason="stop" if last else None,
+                payload=AudioChunk(self.plane.put(audio), self.spec["sample_rate"]),
+            )
+        if state["closed"]:
+            return StageOutput(request_id=rid, finished=True, finish_reason="stop")
+        return None
 
     def voice(self, codes: list[int], offset: int) -> Any:
         torch = self.torch

@@ -7,15 +7,11 @@ import logging
 from omni_core.errors import PluginError
 from omni_core.messages import AddRequest, EngineMessage
 from omni_core.orchestrator.base import OrchestratorBase
+from omni_core.orchestrator.ids import caller_id_problem, child_id
 from omni_core.orchestrator.state import ParentState, RunState
 from omni_core.outputs import ErrorInfo, OmniRequestOutput
 
 logger = logging.getLogger(__name__)
-
-
-def child_id(request_id: str, index: int) -> str:
-    """The id of parallel-sampling child ``index`` of ``request_id`` (vLLM's convention)."""
-    return f"{index}_{request_id}"
 
 
 class Orchestrator(OrchestratorBase):
@@ -30,16 +26,9 @@ class Orchestrator(OrchestratorBase):
         rid = msg.request_id
         needed, finals = self.plan(msg.modalities)
         parent = ParentState(rid, msg.stream)
-        if rid in self.parents:
-            self._reject(
-                parent,
-                finals,
-                ErrorInfo(
-                    type="RequestError",
-                    message=f"request id '{rid}' is already in flight",
-                    status_code=400,
-                ),
-            )
+        problem = self._id_problem(rid)
+        if problem is not None:
+            self._reject(parent, finals, _bad_request(problem))
             return
         for sid in sorted(needed):
             if not self.pools[sid].has_live():
@@ -56,6 +45,10 @@ class Orchestrator(OrchestratorBase):
                 return
         first = self.order[0]
         n = msg.params[first].n
+        if n > self.settings.max_n:
+            message = f"n={n}: at most {self.settings.max_n} parallel samples (OMNI_MAX_N)"
+            self._reject(parent, finals, _bad_request(message))
+            return
         runs = [
             self.new_run(
                 rid if n == 1 else child_id(rid, i),
@@ -73,6 +66,11 @@ class Orchestrator(OrchestratorBase):
         except PluginError as exc:
             self._reject(parent, finals, ErrorInfo.from_exception(exc, status_code=400))
             return
+        if n > 1 or any(companions):
+            problem = self._derived_ids_problem(rid, runs, companions)
+            if problem is not None:
+                self._reject(parent, finals, _bad_request(problem))
+                return
         self.parents[rid] = parent
         for run, extra in zip(runs, companions, strict=True):
             self.register_run(run)
@@ -88,6 +86,31 @@ class Orchestrator(OrchestratorBase):
             for companion in run.companions:
                 if not companion.terminal:
                     await self.start_run(companion)
+
+    def _id_problem(self, rid: str) -> str | None:
+        """Why a caller's id cannot be admitted: in flight as a request or as any run (a child,
+        a companion), or not a caller's id (the engine refuses those before; this keeps the
+        tables sound for any caller of the orchestrator)."""
+        if rid in self.parents or rid in self.runs:
+            return f"request id '{rid}' is already in flight"
+        return caller_id_problem(rid)
+
+    def _derived_ids_problem(
+        self, rid: str, runs: list[RunState], companions: list[list[RunState]]
+    ) -> str | None:
+        """Why the ids derived for a request (children, companions) cannot be registered: one is
+        an in-flight request's or run's id, or two of them are the same."""
+        ids = [run.run_id for run in runs]
+        ids.extend(c.run_id for extra in companions for c in extra)
+        seen: set[str] = set()
+        for run_id in ids:
+            if run_id in seen or run_id in self.runs or run_id in self.parents:
+                return (
+                    f"request id '{rid}': its internal run id '{run_id}' is already in flight "
+                    "(choose another request id)"
+                )
+            seen.add(run_id)
+        return None
 
     def _companions(self, run: RunState) -> list[RunState]:
         if not self.hooks.has_admission:
@@ -145,3 +168,7 @@ class Orchestrator(OrchestratorBase):
                 error=error,
             ),
         )
+
+
+def _bad_request(message: str) -> ErrorInfo:
+    return ErrorInfo(type="RequestError", message=message, status_code=400)

@@ -4,28 +4,50 @@
 :class:`WorkerEngine` from the config. The loop takes commands whenever they arrive and steps the
 engine while it has work. EOF on the socket — the engine process closed it or died — ends the
 worker: no orphans.
+
+Failures are request-scoped (:class:`RequestScoped`): an exception while accepting one request
+(``add``, ``add_input``) fails that request only — it gets one error output (400 for the engine's
+``request_errors``, validation errors; 500 otherwise) — and the replica keeps serving. Engines
+catch what they can pin to one request inside ``step`` themselves (:func:`error_output`). Only
+the engine's own failure ends the replica: one of its ``fatal_errors``, or an exception from
+``step`` (it cannot be pinned to a request).
 """
 
 from __future__ import annotations
 
 import importlib
 import json
+import logging
 import os
 import pickle
 import selectors
 import socket
 import sys
 import time
+from functools import cache
 from typing import Any, Protocol
 
+from omni_core.outputs import ErrorInfo, StageOutput
 from omni_core.stage.process import HEADER, encode
+
+logger = logging.getLogger(__name__)
+
+REQUEST_ERRORS: tuple[type[BaseException], ...] = (ValueError, OverflowError)
+ENGINE_FAILED = 18  # exit code of a worker whose engine failed
 
 
 class WorkerEngine(Protocol):
-    """What a process replica's engine implements (all calls on the worker's one thread)."""
+    """What a process replica's engine implements (all calls on the worker's one thread).
 
-    dead: bool
-    step_delay_s: float
+    Optional: ``request_errors`` (exception types meaning "this request is invalid": 400;
+    default ValueError, OverflowError) and ``fatal_errors`` (types meaning the engine itself
+    failed: the replica ends; default none).
+    """
+
+    @property
+    def dead(self) -> bool: ...
+    @property
+    def step_delay_s(self) -> float: ...
 
     def add(self, request: Any) -> None: ...
     def add_input(self, request_id: str, prompt: Any, final: bool) -> None: ...
@@ -35,16 +57,136 @@ class WorkerEngine(Protocol):
     def step(self) -> list[Any]: ...
 
 
-def build(config: dict[str, Any]) -> WorkerEngine:
+def error_output(
+    request_id: str,
+    exc: BaseException,
+    request_errors: tuple[type[BaseException], ...] = REQUEST_ERRORS,
+) -> StageOutput:
+    """The terminal output of a request that failed in this stage: 400 if ``exc`` is one of
+    ``request_errors`` (the request is invalid), else 500."""
+    status = 400 if isinstance(exc, request_errors) else 500
+    return StageOutput(
+        request_id=request_id,
+        finished=True,
+        finish_reason="error",
+        error=ErrorInfo.from_exception(exc, status_code=status),
+    )
+
+
+FAULTS = ("add", "step")
+
+
+@cache
+def _faults_enabled() -> bool:
+    from omni_core.config.settings import OmniSettings
+
+    return OmniSettings().fault_injection
+
+
+def injected_fault(params: Any) -> str | None:
+    """Testing only: the fault a request asks its stage to inject (``extra["omni_fault"]``:
+    ``"add"`` or ``"step"``) when ``OMNI_FAULT_INJECTION`` is set in the stage's environment."""
+    if not _faults_enabled():
+        return None
+    fault = params.extra.get("omni_fault")
+    return fault if fault in FAULTS else None
+
+
+class RequestScoped:
+    """A :class:`WorkerEngine` whose failures to accept a request fail that request only.
+
+    The failed request's partial state is aborted in the engine, and its error output goes out
+    with the next step's outputs. Everything else passes through.
+    """
+
+    def __init__(self, engine: WorkerEngine) -> None:
+        self.engine = engine
+        self.request_errors: tuple[type[BaseException], ...] = getattr(
+            engine, "request_errors", REQUEST_ERRORS
+        )
+        self.fatal_errors: tuple[type[BaseException], ...] = getattr(engine, "fatal_errors", ())
+        self.failed: list[StageOutput] = []
+
+    @property
+    def dead(self) -> bool:
+        return self.engine.dead
+
+    @property
+    def step_delay_s(self) -> float:
+        return self.engine.step_delay_s
+
+    def add(self, request: Any) -> None:
+        try:
+            self.engine.add(request)
+        except self.fatal_errors:
+            raise
+        except Exception as exc:
+            self.fail(request.request_id, exc, "add")
+
+    def add_input(self, request_id: str, prompt: Any, final: bool) -> None:
+        try:
+            self.engine.add_input(request_id, prompt, final)
+        except self.fatal_errors:
+            raise
+        except Exception as exc:
+            self.fail(request_id, exc, "add_input")
+
+    def fail(self, request_id: str, exc: Exception, where: str) -> None:
+        out = error_output(request_id, exc, self.request_errors)
+        assert out.error is not None
+        logger.warning(
+            "request %s failed in %s (%d): %s: %s",
+            request_id,
+            where,
+            out.error.status_code,
+            out.error.type,
+            out.error.message,
+        )
+        try:
+            self.engine.abort([request_id])  # drop whatever part of it the engine holds
+        except self.fatal_errors:
+            raise
+        except Exception:
+            logger.warning("abort of failed request %s failed", request_id, exc_info=True)
+        self.failed.append(out)
+
+    def abort(self, request_ids: list[str]) -> None:
+        self.engine.abort(request_ids)
+
+    def rpc(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        return self.engine.rpc(method, args, kwargs)
+
+    def has_work(self) -> bool:
+        return bool(self.failed) or self.engine.has_work()
+
+    def step(self) -> list[Any]:
+        outs = self.engine.step() if self.engine.has_work() else []
+        if self.failed:
+            failed, self.failed = self.failed, []
+            return [*failed, *outs]
+        return outs
+
+
+def build(config: dict[str, Any]) -> RequestScoped:
+    """The engine the config's factory builds, with request-scoped failures."""
     module_name, _, attr = config["factory"].partition(":")
     factory = getattr(importlib.import_module(module_name), attr)
-    return factory(config)
+    return RequestScoped(factory(config))
 
 
 def serve(sock: socket.socket, engine: WorkerEngine) -> int:
+    """Serve until EOF (0), or until the engine fails (:data:`ENGINE_FAILED`)."""
+    try:
+        return _serve(sock, engine)
+    except Exception:
+        logger.critical("the stage engine failed: ending this replica", exc_info=True)
+        return ENGINE_FAILED
+
+
+def _serve(sock: socket.socket, engine: WorkerEngine) -> int:
     sel = selectors.DefaultSelector()
     sel.register(sock, selectors.EVENT_READ)
-    buf = b""
+    buf = bytearray()
     next_step = 0.0
     compute_s = 0.0
     while True:
@@ -56,16 +198,19 @@ def serve(sock: socket.socket, engine: WorkerEngine) -> int:
             if not data:
                 return 0
             buf += data
-            while len(buf) >= HEADER.size:
-                (size,) = HEADER.unpack_from(buf)
-                if len(buf) < HEADER.size + size:
+            offset = 0  # frames are consumed by offset: one copy per read, not one per frame
+            while len(buf) - offset >= HEADER.size:
+                (size,) = HEADER.unpack_from(buf, offset)
+                end = offset + HEADER.size + size
+                if len(buf) < end:
                     break
-                frame = pickle.loads(buf[HEADER.size : HEADER.size + size])
-                buf = buf[HEADER.size + size :]
+                frame = pickle.loads(buf[offset + HEADER.size : end])
+                offset = end
                 started = time.perf_counter()
                 handle(engine, frame, sock)
                 if frame[0] in ("add", "input"):  # the engine's own input processing
                     compute_s += time.perf_counter() - started
+            del buf[:offset]
             continue
         if engine.has_work() and time.monotonic() >= next_step:
             started = time.perf_counter()
@@ -103,6 +248,7 @@ def handle(engine: WorkerEngine, frame: tuple[Any, ...], sock: socket.socket) ->
 
 
 def main(argv: list[str]) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     sock = socket.socket(fileno=int(argv[1]))
     config = json.loads(argv[2])
     try:

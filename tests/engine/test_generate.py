@@ -50,7 +50,7 @@ async def test_prompt_as_token_ids_and_dict(make_engine):
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"sampling_params": SamplingParams(n=0)}, "n must be >= 1"),
+        ({"sampling_params": SamplingParams(n=0)}, r"sampling_params.n: expected `int` >= 1"),
         ({"sampling_params": {"nope": {}}}, "unknown stage 'nope'"),
         ({"sampling_params": {"talker": {"max_tokenz": 3}}}, r"sampling_params\['talker'\]"),
         ({"modalities": ["video"]}, "offers"),
