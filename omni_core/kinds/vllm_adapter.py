@@ -21,7 +21,7 @@ import vllm
 from vllm import EngineArgs, LLMEngine
 from vllm import SamplingParams as VllmSamplingParams
 from vllm.exceptions import VLLMClientError
-from vllm.inputs import TokensPrompt
+from vllm.inputs import TextPrompt, TokensPrompt
 from vllm.outputs import CompletionOutput, RequestOutput
 from vllm.sampling_params import RequestOutputKind
 from vllm.v1.engine import EngineCoreOutputs, EngineCoreRequest
@@ -102,15 +102,45 @@ def _check_integers(kwargs: dict[str, Any]) -> None:
             raise ValueError(f"{name} must be a signed 64-bit integer, got {value}")
 
 
+_MULTIMODAL_KEYS = ("multi_modal_data", "mm_processor_kwargs")
+
+
 def to_prompt(prompt: Any) -> Any:
-    """Token ids become a ``TokensPrompt``; text and dict prompts pass through."""
+    """Our prompt as vLLM's: token ids become a ``TokensPrompt``, text stays text; a dict
+    ``{"prompt": text}`` or ``{"prompt_token_ids": ids}`` keeps its ``multi_modal_data`` (e.g.
+    ``{"audio": (float32 array, 16000), "image": PIL image}``) and ``mm_processor_kwargs``."""
     if isinstance(prompt, list):
         return TokensPrompt(prompt_token_ids=[int(t) for t in prompt])
-    if isinstance(prompt, dict) and "prompt_token_ids" in prompt:
-        return TokensPrompt(prompt_token_ids=list(prompt["prompt_token_ids"]))
-    if isinstance(prompt, dict) and "prompt" in prompt:
-        return prompt["prompt"]
+    if not isinstance(prompt, dict):
+        return prompt
+    extra = {k: prompt[k] for k in _MULTIMODAL_KEYS if prompt.get(k)}
+    _check_audio(extra.get("multi_modal_data", {}).get("audio"))
+    if "prompt_token_ids" in prompt:
+        ids = [int(t) for t in prompt["prompt_token_ids"]]
+        return TokensPrompt(prompt_token_ids=ids, **extra)
+    if "prompt" in prompt:
+        return TextPrompt(prompt=prompt["prompt"], **extra) if extra else prompt["prompt"]
     return prompt
+
+
+def _check_audio(audio: Any) -> None:
+    """vLLM's audio items: a float array, or ``(array, sample_rate)``; one or a list. Anything
+    else is refused here, naming the field (vLLM's own message says nothing useful)."""
+    if audio is None:
+        return
+    items = audio if isinstance(audio, list) else [audio]
+    for i, item in enumerate(items):
+        where = "multi_modal_data['audio']" + (f"[{i}]" if isinstance(audio, list) else "")
+        array, rate = item if isinstance(item, tuple) and len(item) == 2 else (item, 1)
+        if not hasattr(array, "shape") or not hasattr(array, "dtype") or array.ndim not in (1, 2):
+            raise ValueError(
+                f"{where}: expected a 1-D float waveform or (waveform, sample_rate), "
+                f"not {type(item).__name__}"
+            )
+        if array.dtype.kind != "f":
+            raise ValueError(f"{where}: the waveform must be float, not {array.dtype}")
+        if isinstance(rate, bool) or not isinstance(rate, int | float) or not rate > 0:
+            raise ValueError(f"{where}: the sample rate must be a positive number, not {rate!r}")
 
 
 def pause_scheduler(engine: LLMEngine) -> None:
