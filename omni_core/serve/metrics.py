@@ -141,10 +141,9 @@ class OmniMetrics:
         if outcome == "aborted":
             self.aborts.labels(finish_reason).inc()
         self.e2e.observe(time.monotonic() - start)
-        for key in [k for k in self._stages if k[0] == request_id]:
-            del self._stages[key]
-        for key in [k for k in self._finished_at if k[0] == request_id]:
-            del self._finished_at[key]
+        for stage_id in self._names:  # per stage, not a scan of every request's keys
+            self._stages.pop((request_id, stage_id), None)
+            self._finished_at.pop((request_id, stage_id), None)
 
     # --- scrape ------------------------------------------------------------------------------
     def render(self, engine: Any) -> bytes:

@@ -49,6 +49,7 @@ class OmniTracing:
         self.tracer = provider.get_tracer("omni_core")
         self._roots: dict[str, Any] = {}
         self._stages: dict[tuple[str, int], Any] = {}
+        self._stage_ids: set[int] = set()
 
     @hookimpl
     def omni_request_admitted(self, request_id: str, orchestrator: Any) -> None:
@@ -75,6 +76,7 @@ class OmniTracing:
             return
         context = self._trace.set_span_in_context(root)
         name = orchestrator.pipeline.stages[stage_id].name
+        self._stage_ids.add(stage_id)
         self._stages[(request_id, stage_id)] = self.tracer.start_span(
             f"omni.stage.{name}",
             context=context,
@@ -90,8 +92,10 @@ class OmniTracing:
 
     @hookimpl
     def omni_request_terminal(self, request_id: str, finish_reason: str) -> None:
-        for key in [k for k in self._stages if k[0] == request_id]:
-            self._stages.pop(key).end()
+        for stage_id in self._stage_ids:  # per stage, not a scan of every request's spans
+            span = self._stages.pop((request_id, stage_id), None)
+            if span is not None:
+                span.end()
         root = self._roots.pop(request_id, None)
         if root is not None:
             root.set_attribute("omni.finish_reason", finish_reason)
