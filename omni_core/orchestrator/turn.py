@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import logging
 
+import msgspec
+
 from omni_core.errors import PluginError
 from omni_core.messages import AddRequest, EngineMessage
 from omni_core.orchestrator.base import OrchestratorBase
 from omni_core.orchestrator.ids import caller_id_problem, child_id
 from omni_core.orchestrator.state import ParentState, RunState
 from omni_core.outputs import ErrorInfo, OmniRequestOutput
+from omni_core.sampling import SEED_MIN, SamplingParams
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +58,7 @@ class Orchestrator(OrchestratorBase):
                 parent,
                 i,
                 msg.prompt,
-                msg.params,
+                msg.params if i == 0 else child_params(msg.params, i),
                 needed,
                 finals,
             )
@@ -172,3 +175,14 @@ class Orchestrator(OrchestratorBase):
 
 def _bad_request(message: str) -> ErrorInfo:
     return ErrorInfo(type="RequestError", message=message, status_code=400)
+
+
+def child_params(params: dict[int, SamplingParams], index: int) -> dict[int, SamplingParams]:
+    """Child ``index``'s params: a seeded stage samples with ``seed + index`` (vLLM's parallel
+    sampling), so seeded children differ from each other and reproduce run to run."""
+    out = dict(params)
+    for sid, p in params.items():
+        if p.seed is not None:
+            seed = (p.seed + index - SEED_MIN) % 2**64 + SEED_MIN  # stays a signed 64-bit int
+            out[sid] = msgspec.structs.replace(p, seed=seed)
+    return out

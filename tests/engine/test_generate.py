@@ -200,3 +200,14 @@ async def test_generate_takes_chat_messages_rendered_by_the_first_stage(make_eng
                 }
             ],
         )
+
+
+def test_seeded_parallel_samples_get_seed_plus_index():
+    """As vLLM's parallel sampling: child i samples with seed + i (so seeded children differ,
+    and child i equals a single request seeded seed + i)."""
+    from omni_core.orchestrator.turn import child_params
+
+    params = {0: SamplingParams(seed=7), 1: SamplingParams()}
+    assert child_params(params, 3)[0].seed == 10 and child_params(params, 3)[1].seed is None
+    top = SamplingParams(seed=2**63 - 1)
+    assert child_params({0: top}, 1)[0].seed == -(2**63)  # wraps within a signed 64-bit seed
