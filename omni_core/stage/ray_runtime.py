@@ -3,9 +3,11 @@ no actor behind.
 
 Connection: ``ray_address`` in the pipeline, else Ray's own ``RAY_ADDRESS``, joins a cluster; a
 process where Ray is already initialized is reused; otherwise a local Ray sized for this machine
-is started and stopped at shutdown. Replica hosting: the kind's ``client_factory`` builds the
-replica's local client, which either describes a worker engine (``worker_spec()``: process kinds
-and ``scripted``) that the actor hosts directly, or is rebuilt inside the actor as is.
+is started and stopped at shutdown (:mod:`omni_core.stage.ray_local`: it listens on loopback
+only, and its supervisor takes it down when the driver ends, however it ends). Replica hosting:
+the kind's ``client_factory`` builds the replica's local client, which either describes a worker
+engine (``worker_spec()``: process kinds and ``scripted``) that the actor hosts directly, or is
+rebuilt inside the actor as is.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from omni_core.errors import OmniError, StartupError
 from omni_core.stage.client import StageClient, StageContext
 from omni_core.stage.dataplane import PLANE_ENV
 from omni_core.stage.ray_client import RayStageClient
+from omni_core.stage.ray_local import LocalRay
 
 if TYPE_CHECKING:
     from omni_core.config.pipeline import StageResources
@@ -43,6 +46,7 @@ class RayBackend:
         self.clients: list[RayStageClient] = []
         self.start_s: float | None = None
         self.alive_after_shutdown: list[str] | None = None
+        self.local: LocalRay | None = None  # the local Ray this runtime started
 
     # --- connection -------------------------------------------------------------------------
     async def start(self) -> None:
@@ -60,15 +64,17 @@ class RayBackend:
             ray.init(address=self.address, log_to_driver=False, logging_level=logging.ERROR)
             logger.info("ray runtime: joined the cluster at %s", self.address)
         else:
-            ray.init(
-                address="local",
-                num_cpus=os.cpu_count() or 1,
-                log_to_driver=False,
-                logging_level=logging.ERROR,
-                include_dashboard=True,  # serves the state API the shutdown check uses
-            )
+            local = LocalRay(os.cpu_count() or 1, float(self.settings.startup_timeout_s))
+            self.local = local
+            local.start()  # loopback only, under a supervisor tied to this process
+            local.join()
             self.owns_ray = True
-            logger.info("ray runtime: started a local Ray (%d CPUs)", os.cpu_count() or 1)
+            logger.info(
+                "ray runtime: started a local Ray on %s (%d CPUs, supervisor pid %s)",
+                local.address,
+                local.num_cpus,
+                local.info.get("pid"),
+            )
         self.start_s = time.perf_counter() - started
 
     # --- replicas ---------------------------------------------------------------------------
@@ -110,8 +116,14 @@ class RayBackend:
     def _finish(self) -> None:
         import ray
 
-        if not ray.is_initialized():
-            return
+        if ray.is_initialized():
+            self._check_actors(ray)
+        if self.local is not None:  # after ray.shutdown(): the driver has left it
+            local, self.local = self.local, None
+            local.stop(timeout_s=30.0)
+            logger.info("ray runtime: stopped the local Ray")
+
+    def _check_actors(self, ray: Any) -> None:
         for client in self.clients:
             client.kill()
         ids = {c.actor_id for c in self.clients if c.actor_id}
@@ -125,7 +137,6 @@ class RayBackend:
             logger.warning("ray runtime: could not check actors with the state API: %r", exc)
         if self.owns_ray:
             ray.shutdown()
-            logger.info("ray runtime: stopped the local Ray")
 
     def kill(self) -> None:
         for client in self.clients:

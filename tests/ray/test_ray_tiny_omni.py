@@ -6,7 +6,7 @@ ALIVE actor."""
 from __future__ import annotations
 
 import json
-import os
+import re
 import shutil
 import subprocess
 import sys
@@ -18,13 +18,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.ray.helpers import clean_env, import_psutil
+
 OMNI = str(Path(sys.executable).parent / "omni")
 pytestmark = pytest.mark.timeout(240)
 
 
 def omni_run(runtime: str, out: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env["OMNI_LOG_LEVEL"] = "INFO"
+    env = clean_env(OMNI_LOG_LEVEL="INFO")
     return subprocess.run(
         [OMNI, "run", "tiny-omni", "--seed", "7", "--runtime", runtime, "-o", str(out)],
         capture_output=True,
@@ -45,7 +46,10 @@ def test_omni_run_tiny_omni_on_ray_matches_local(tmp_path):
     [wav_local] = (tmp_path / "local").glob("*.wav")
     [wav_ray] = (tmp_path / "ray").glob("*.wav")
     assert wav_local.read_bytes() == wav_ray.read_bytes()  # audio through the object store
-    assert "started a local Ray" in ray.stderr and "stopped the local Ray" in ray.stderr
+    assert "started a local Ray on 127.0.0.1:" in ray.stderr
+    assert "stopped the local Ray" in ray.stderr
+    supervisor = int(re.search(r"supervisor pid (\d+)", ray.stderr).group(1))
+    assert not import_psutil().pid_exists(supervisor)  # stopped, and waited for
     assert "Ray" not in local.stderr
 
 
@@ -68,10 +72,11 @@ async def go():
 outs = asyncio.run(go())
 ids = {c.actor_id for p in engine._runtime.stages.pools.values() for c in p.clients}
 backend = engine._runtime.stages.backend
+supervised = backend.local is not None
 engine.shutdown()
 import ray
 print("RESULT", outs[-1].finish_reason, len(ids), backend.owns_ray, backend.alive_after_shutdown,
-      alive_actors(ids), ray.is_initialized())
+      alive_actors(ids), ray.is_initialized(), supervised)
 """
 
 
@@ -80,8 +85,7 @@ def test_external_cluster_from_ray_start_head():
     port, dashboard = "6391", "8275"
     temp = tempfile.mkdtemp(prefix="omr-", dir="/tmp")  # Ray's socket paths must stay short
     # token auth would tie the cluster to ~/.ray/auth_token, which other local Rays regenerate
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
-    env.pop("RAY_ADDRESS", None)
+    env = clean_env(RAY_AUTH_MODE="disabled")
     # --block: this process owns the cluster; terminating it stops only this cluster
     head = subprocess.Popen(
         [
@@ -116,8 +120,8 @@ def test_external_cluster_from_ray_start_head():
         )
         assert out.returncode == 0, out.stderr[-2000:]
         [line] = [x for x in out.stdout.splitlines() if x.startswith("RESULT")]
-        # joined (not owned), 2 actors, none ALIVE after shutdown per the state API
-        assert line == "RESULT stop 2 False [] [] True"
+        # joined (not owned, no supervisor), 2 actors, none ALIVE after shutdown per the state API
+        assert line == "RESULT stop 2 False [] [] True False"
         check = subprocess.run(
             [
                 ray_bin,
