@@ -135,6 +135,24 @@ def check_parts(messages: list[ChatMessage], renderer: PromptRenderer) -> None:
                     )
 
 
+MEDIA_PARTS = {"audio": "input_audio", "image": "image_url"}  # vLLM's modality → part type
+
+
+def _audio_rate(model_dir: Path) -> int:
+    """The sampling rate the model's feature extractor expects (its processor files), 16 kHz if
+    they do not say."""
+    import json
+
+    for name, nested in (("processor_config.json", True), ("preprocessor_config.json", False)):
+        path = model_dir / name
+        if path.is_file():
+            config = json.loads(path.read_text())
+            config = config.get("feature_extractor", {}) if nested else config
+            if isinstance(config.get("sampling_rate"), int):
+                return int(config["sampling_rate"])
+    return 16000
+
+
 class PlainRenderer:
     """For stage kinds without a tokenizer: the messages' text joined by newlines (no roles, no
     template) and no token count."""
@@ -166,9 +184,12 @@ class TokenizerRenderer:
 
     Prompts become token ids, so the stage receives exactly the counted tokens; prompts of
     ``max_model_len`` tokens or more, and token ids outside the vocabulary, are request errors.
+    ``media`` (vLLM's ``limit_mm_per_prompt``, e.g. ``{"audio": 1, "image": 1}``) makes the stage
+    take ``input_audio`` / ``image_url`` parts: messages then reach the template as lists of typed
+    parts (``{"type": "audio"}`` ...), as vLLM's "openai" content format does, and the decoded
+    media travel as the prompt's ``multi_modal_data`` (``num_tokens`` counts the placeholders
+    before the stage expands them).
     """
-
-    accepts = frozenset({"text"})
 
     def __init__(
         self,
@@ -178,6 +199,7 @@ class TokenizerRenderer:
         max_model_len: int | None = None,
         chat_template: str | None = None,
         chat_template_kwargs: dict[str, Any] | None = None,
+        media: dict[str, int] | None = None,
     ) -> None:
         from transformers import AutoTokenizer
 
@@ -189,6 +211,12 @@ class TokenizerRenderer:
             chat_template = Path(chat_template).read_text()
         self.chat_template = chat_template
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        counts = {
+            k: v.get("count", 0) if isinstance(v, dict) else v for k, v in (media or {}).items()
+        }
+        self.media = {k: int(v) for k, v in counts.items() if k in MEDIA_PARTS and v and v > 0}
+        self.accepts = frozenset({"text", *(MEDIA_PARTS[k] for k in self.media)})
+        self.audio_rate = _audio_rate(Path(tokenizer_path)) if "audio" in self.media else 0
 
     def render_chat(self, messages: list[ChatMessage], options: ChatOptions) -> RenderedPrompt:
         check_parts(messages, self)
@@ -197,10 +225,14 @@ class TokenizerRenderer:
                 "continue_final_message and add_generation_prompt cannot both be true",
                 param="continue_final_message",
             )
+        media: dict[str, list[Any]] = {}
         conversation = [
-            {"role": "system" if m.role == "developer" else m.role, "content": m.text()}
+            {
+                "role": "system" if m.role == "developer" else m.role,
+                "content": self._parts(i, m, media) if self.media else m.text(),
+            }
             | ({"name": m.name} if m.name else {})
-            for m in messages
+            for i, m in enumerate(messages)
         ]
         kwargs = {**self.chat_template_kwargs, **(options.chat_template_kwargs or {})}
         try:
@@ -217,7 +249,44 @@ class TokenizerRenderer:
                 f"stage '{self.stage_name}': the chat template failed: {exc}", param="messages"
             ) from None
         ids = self.tokenizer.encode(text, add_special_tokens=False)
-        return self._checked(ids, text, "messages")
+        rendered = self._checked(ids, text, "messages")
+        if not media:
+            return rendered
+        prompt = {"prompt_token_ids": ids, "multi_modal_data": media}
+        return RenderedPrompt(prompt, rendered.text, rendered.num_tokens)
+
+    def _parts(self, i: int, message: ChatMessage, media: dict[str, list[Any]]) -> list[Any]:
+        """A message as typed parts for the template; media decoded into ``media``."""
+        from omni_core import chat_media
+
+        if not isinstance(message.content, list):
+            return [{"type": "text", "text": message.text()}] if message.content else []
+        parts: list[Any] = []
+        for j, part in enumerate(message.content):
+            where = f"messages[{i}].content[{j}]"
+            if isinstance(part, TextPart):
+                parts.append({"type": "text", "text": part.text})
+                continue
+            if isinstance(part, InputAudioPart):
+                kind = "audio"
+                item: Any = (
+                    chat_media.decode_audio(
+                        part.input_audio.data, part.input_audio.format, self.audio_rate, where
+                    ),
+                    self.audio_rate,
+                )
+            else:
+                assert isinstance(part, ImageUrlPart)
+                kind, item = "image", chat_media.decode_image(part.image_url.url, where)
+            media.setdefault(kind, []).append(item)
+            if len(media[kind]) > self.media[kind]:
+                raise RequestError(
+                    f"{where}: stage '{self.stage_name}' takes at most {self.media[kind]} "
+                    f"{kind} part(s) per prompt",
+                    param=where,
+                )
+            parts.append({"type": kind})
+        return parts
 
     def encode(self, text: str, add_special_tokens: bool = True) -> RenderedPrompt:
         ids = self.tokenizer.encode(text, add_special_tokens=add_special_tokens)

@@ -126,6 +126,7 @@ def vllm_renderer(stage: Any, args: VllmArgs, settings: Any) -> TokenizerRendere
         max_model_len=args.max_model_len,
         chat_template=args.chat_template,
         chat_template_kwargs=args.chat_template_kwargs,
+        media=args.engine.get("limit_mm_per_prompt"),
     )
 
 
