@@ -143,6 +143,8 @@ class RayStageClient:
             return
         import ray
 
+        if not ray.is_initialized():  # Ray is gone already (ray.kill would start a new one)
+            return
         try:
             ray.kill(self.actor, no_restart=True)
         except Exception as exc:  # pragma: no cover - Ray already gone
