@@ -201,35 +201,47 @@ def create_app(
             rendered = renderer.encode(body.prompt, add_special_tokens=body.add_special_tokens)
         else:
             rendered = renderer.tokens(body.prompt)
-        params = stage_params(body.overrides())
+        overrides = body.overrides()
         echo = None
         if body.echo:
-            if body.logprobs is not None:
-                raise ApiError(
-                    400, "'echo' with 'logprobs' (prompt logprobs) is not supported", param="echo"
-                )
             ids = rendered.prompt if isinstance(rendered.prompt, list) else []
-            echo = (rendered.text, list(ids), [None] * len(ids))
+            echo = (rendered.text, list(ids))
+            if body.logprobs is not None:  # the prompt's logprobs, from the stage (vLLM's)
+                extra = dict(first_stage.config.sampling_params.get("extra") or {})
+                vllm = {**extra.get("vllm", {}), "prompt_logprobs": body.logprobs}
+                overrides["extra"] = {**extra, "vllm": vllm}
+        params = stage_params(overrides)
         run = Run(request, engine, admission, rendered, params, ["text"])
         if body.stream:
             first = await run.start()
+            if echo is not None:  # a stage without prompt logprobs: a 400, not a broken stream
+                try:
+                    streams.prompt_logprobs([first], len(echo[1]), body.logprobs, first_stage.name)
+                except ApiError:
+                    await run.close()
+                    raise
             chunks = streams.completion_chunks(
                 run.outputs(first),
                 model=model_id,
                 n=body.n,
                 logprobs=body.logprobs,
                 decode=renderer.decode,
-                echo=echo[0] if echo else None,
+                echo=echo,
                 usage_prompt=(rendered.num_tokens or 0) if body.include_usage else None,
+                stage_name=first_stage.name,
                 on_done=metrics.count_usage,
             )
             return StreamingResponse(run.sse(chunks), media_type="text/event-stream")
         outputs = await run.collect()
+        echoed = None
+        if echo is not None:
+            steps = streams.prompt_logprobs(outputs, len(echo[1]), body.logprobs, first_stage.name)
+            echoed = (*echo, steps)
         response = completion_response(
             gather(outputs, body.n),
             model=model_id,
             prompt_tokens=rendered.num_tokens or 0,
-            echo=echo,
+            echo=echoed,
             logprobs=body.logprobs,
             decode=renderer.decode,
         )

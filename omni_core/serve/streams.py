@@ -28,6 +28,24 @@ from omni_core.serve.responses import (
 Decode = Callable[[list[int]], str]
 
 
+def prompt_logprobs(
+    outputs: list[OmniRequestOutput], length: int, wanted: int | None, stage: str
+) -> list[Any]:
+    """The prompt's per-position logprobs for ``echo`` (vLLM reports them on a request's first
+    output, the first position None); ``[None] * length`` when none were asked for."""
+    if wanted is None:
+        return [None] * length
+    for out in outputs:
+        steps = getattr(out.payload, "prompt_logprobs", None)
+        if steps is not None:
+            return list(steps)
+    raise ApiError(
+        400,
+        f"stage '{stage}' does not report prompt logprobs ('echo' with 'logprobs' needs them)",
+        param="echo",
+    )
+
+
 def event(body: dict[str, Any]) -> str:
     return f"data: {json.dumps(body, separators=(',', ':'))}\n\n"
 
@@ -123,13 +141,15 @@ async def completion_chunks(
     n: int,
     logprobs: int | None,
     decode: Decode,
-    echo: str | None,
+    echo: tuple[str, list[int]] | None,
     usage_prompt: int | None,
+    stage_name: str = "",
     on_done: Callable[[dict[str, Any]], None] | None = None,
 ) -> AsyncIterator[str]:
     c = _Chunks("cmpl", "text_completion", model, n)
-    offsets = [len(echo or "")] * n
+    offsets = [0] * n
     pending_echo = [echo is not None] * n
+    echo_text = echo[0] if echo is not None else ""
 
     def choice(index: int, text: str, lp: Any, finish: str | None) -> dict[str, Any]:
         return {
@@ -148,19 +168,20 @@ async def completion_chunks(
         c.choices[out.index].add(out)
         if not (out.text or out.token_ids):
             continue
-        text = out.text
-        if pending_echo[out.index]:
-            text = (echo or "") + text
+        text, ids, steps = out.text, out.token_ids, list(out.logprobs or ())
+        if pending_echo[out.index] and echo is not None:
+            text = echo_text + text
+            prompt_steps = prompt_logprobs([out], len(echo[1]), logprobs, stage_name)
+            ids, steps = echo[1] + ids, prompt_steps + steps
             pending_echo[out.index] = False
         lp = None
         if logprobs is not None:
-            steps = list(out.logprobs or ())
-            lp = completion_logprobs(out.token_ids, steps, logprobs, decode, offsets[out.index])
+            lp = completion_logprobs(ids, steps, logprobs, decode, offsets[out.index])
             offsets[out.index] += sum(len(t) for t in lp["tokens"])
         yield c.chunk([choice(out.index, text, lp, None)])
     closing_extra = {} if usage_prompt is not None else {"system_fingerprint": FINGERPRINT}
     for index, done in enumerate(c.choices):
-        text = (echo or "") if pending_echo[index] else ""
+        text = echo_text if pending_echo[index] else ""
         yield c.chunk([choice(index, text, None, done.finish_reason or "stop")], **closing_extra)
     for tail in c.tail(usage_prompt, on_done):
         yield tail

@@ -247,3 +247,37 @@ def test_bad_requests_are_rejected_like_vllm(clients):
                 c.chat.completions.create(
                     model=MODEL, messages=MESSAGES[:2], **{k: v for k, v in body.items()}
                 )
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_completion_echo_with_logprobs_matches_vllm(clients, stream):
+    """echo + logprobs: the prompt's tokens and logprobs (the first one null), then the
+    completion's, with their text offsets."""
+
+    def call(c):
+        made = c.completions.create(
+            model=MODEL,
+            prompt="the quick brown fox",
+            max_tokens=4,
+            temperature=0,
+            echo=True,
+            logprobs=2,
+            stream=stream,
+        )
+        chunks = list(made) if stream else [made]
+        tokens, values, offsets, tops = [], [], [], []
+        for ch in chunks:
+            if ch.choices and ch.choices[0].logprobs:
+                lp = ch.choices[0].logprobs
+                tokens += lp.tokens
+                values += lp.token_logprobs
+                offsets += lp.text_offset
+                tops += [None if d is None else sorted(d) for d in lp.top_logprobs]
+        text = "".join(ch.choices[0].text for ch in chunks if ch.choices)
+        return text, tokens, values, offsets, tops
+
+    ref, got = both(clients, call)
+    assert got[0] == ref[0] and got[0].startswith("the quick brown fox")
+    assert got[1] == ref[1] and got[3] == ref[3] and got[4] == ref[4]
+    assert got[2][0] is None and ref[2][0] is None
+    assert all(close(a, b) for a, b in zip(got[2][1:], ref[2][1:], strict=True))
