@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -25,12 +26,50 @@ class ErrorInfo(msgspec.Struct, frozen=True, kw_only=True):
         )
 
 
+@dataclass
+class HiddenStates:
+    """Per-token hidden states a ``vllm`` stage emits with ``engine_args.hidden_states``.
+
+    ``layers`` maps each configured layer's name (``embeddings``, ``final``) to a float32 array
+    ``[rows, hidden]``: the states of sequence positions ``start`` .. ``start + rows - 1`` (prompt
+    positions first, then the generated tokens in order). The last sampled token of a request is
+    never forwarded, so a request has ``prompt_len + generated - 1`` rows in all. While in
+    transit between processes a large array is a data-plane handle (the receiving client takes
+    it, so callers always see arrays).
+    """
+
+    start: int
+    layers: dict[str, Any]
+
+    @property
+    def rows(self) -> int:
+        return len(next(iter(self.layers.values()))) if self.layers else 0
+
+
+def join_hidden_states(chunks: Sequence[HiddenStates]) -> dict[str, Any]:
+    """A request's hidden-state chunks (in arrival order) as one array ``[rows, hidden]`` per
+    layer, from position 0. Raises ValueError if a chunk does not follow the previous one."""
+    import numpy as np
+
+    parts: dict[str, list[Any]] = {}
+    expected = 0
+    for chunk in chunks:
+        if chunk.start != expected:
+            raise ValueError(f"hidden states chunk starts at {chunk.start}, expected {expected}")
+        expected += chunk.rows
+        for name, array in chunk.layers.items():
+            parts.setdefault(name, []).append(array)
+    return {name: np.concatenate(arrays) for name, arrays in parts.items()}
+
+
 class StageOutput(msgspec.Struct, kw_only=True, gc=False):
     """One output of a stage replica for one request: a delta, as a streaming engine emits it.
 
     ``token_ids`` and ``text`` are the *new* tokens/text. ``payload`` is the engine's own object
-    (vLLM's ``RequestOutput``, an audio array, an image ...). ``error`` set means the request failed
-    in this stage (request-scoped).
+    (vLLM's ``RequestOutput``, an audio array, an image ...). ``hidden_states``: the per-token
+    states of the positions this output covers (a ``vllm`` stage with ``hidden_states``
+    configured; else None). ``error`` set means the request failed in this stage
+    (request-scoped).
 
     Like the other per-token structs here it is not tracked by the cyclic garbage collector
     (``gc=False``: one output per token would otherwise drive most collections); nothing in
@@ -45,6 +84,7 @@ class StageOutput(msgspec.Struct, kw_only=True, gc=False):
     finish_reason: str | None = None
     logprobs: list[Any] | None = None
     error: ErrorInfo | None = None
+    hidden_states: HiddenStates | None = None
 
 
 class StageResult(msgspec.Struct, kw_only=True, gc=False):
@@ -61,6 +101,7 @@ class StageResult(msgspec.Struct, kw_only=True, gc=False):
     text: str = ""
     payloads: Sequence[Any] = ()
     logprobs: Sequence[Any] = ()
+    hidden_states: Sequence[HiddenStates] = ()  # chunks in order: see join_hidden_states
     finished: bool = False
     finish_reason: str | None = None
 
@@ -79,6 +120,8 @@ class StageResult(msgspec.Struct, kw_only=True, gc=False):
                 self.logprobs.extend(out.logprobs)
             else:
                 self.logprobs = [*self.logprobs, *out.logprobs]
+        if out.hidden_states is not None:
+            self.hidden_states = [*self.hidden_states, out.hidden_states]
         if out.finished:
             self.finished = True
             self.finish_reason = out.finish_reason
@@ -110,6 +153,7 @@ class OmniRequestOutput(msgspec.Struct, kw_only=True, gc=False):
     error: ErrorInfo | None = None
     whole_sample_retry: bool = False
     metrics: dict[str, float] = msgspec.field(default_factory=dict)
+    hidden_states: HiddenStates | None = None
 
 
 class AbortResult(msgspec.Struct, kw_only=True):

@@ -40,7 +40,10 @@ __all__ = [
     "EngineDeadError",
     "RequestOutput",
     "VLLMClientError",
+    "batch_layout",
     "build_engine",
+    "input_embeddings",
+    "model_runners",
     "sampling_params",
     "to_prompt",
 ]
@@ -157,3 +160,25 @@ def build_async_llm(model: str, **engine_args: Any) -> Any:
     from vllm.v1.engine.async_llm import AsyncLLM
 
     return AsyncLLM.from_engine_args(AsyncEngineArgs(model=model, **engine_args))
+
+
+def model_runners(engine: LLMEngine) -> list[Any]:
+    """The model runner of each worker, through vLLM's ``collective_rpc`` with a callable (the
+    engine core and its worker live in this process, so the runner itself comes back)."""
+    return list(engine.collective_rpc(lambda worker: worker.model_runner))
+
+
+def batch_layout(runner: Any) -> tuple[list[str], Any, Any]:
+    """The running step's batch, valid while the model's forward runs: the engine request id of
+    each batch row group, ``query_start_loc`` (request ``i`` owns rows ``qsl[i]:qsl[i+1]``) and
+    the tokens each request had computed before this step (row ``j`` of request ``i`` is sequence
+    position ``computed[i] + j - qsl[i]``)."""
+    req_ids = list(runner.input_batch.req_ids)
+    n = len(req_ids)
+    qsl = runner.query_start_loc.np[: n + 1]
+    return req_ids, qsl, runner.input_batch.num_computed_tokens_cpu[:n]
+
+
+def input_embeddings(model: Any, input_ids: Any) -> Any:
+    """The LM input embeddings of ``input_ids`` (a text-only forward passes ids, not embeddings)."""
+    return model.embed_input_ids(input_ids)

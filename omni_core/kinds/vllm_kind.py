@@ -13,11 +13,52 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from omni_core.chat import TokenizerRenderer
 from omni_core.stage.client import StageContext
 from omni_core.stage.process import ProcessStageClient
+
+# The layers a vllm stage can emit per token (engine_args.hidden_states.layers), with aliases.
+HIDDEN_LAYERS = {
+    "embeddings": "embeddings",  # the LM's input embeddings, multimodal features merged in
+    0: "embeddings",  # = transformers' hidden_states[0]
+    "final": "final",  # the last layer's output after the final norm (what the model returns)
+    -1: "final",  # = transformers' hidden_states[-1]
+}
+
+
+class HiddenStatesArgs(BaseModel):
+    """``engine_args.hidden_states`` of a ``vllm`` stage: emit these layers per token."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    layers: list[str | int] = Field(
+        min_length=1,
+        description="layers to emit: 'embeddings' (or 0: the LM input embeddings, multimodal "
+        "merged) and/or 'final' (or -1: the final normed hidden state); outputs name them "
+        "'embeddings' and 'final'",
+    )
+    inline_bytes: int = Field(
+        default=1 << 16,
+        ge=0,
+        description="arrays up to this size ride in the output message; larger ones go through "
+        "the data plane (shared memory locally, the object store on Ray)",
+    )
+
+    @field_validator("layers")
+    @classmethod
+    def _canonical(cls, layers: list[str | int]) -> list[str | int]:
+        names: list[str | int] = []
+        for layer in layers:
+            name = HIDDEN_LAYERS.get(layer)
+            if name is None:
+                raise ValueError(
+                    f"unknown layer {layer!r}: choose from 'embeddings' (0) and 'final' (-1)"
+                )
+            if name not in names:
+                names.append(name)
+        return names
 
 
 class VllmArgs(BaseModel):
@@ -61,6 +102,21 @@ class VllmArgs(BaseModel):
         description="environment variables of the replica's process, over the inherited ones; "
         "a PYTHONPATH here is prepended to the inherited PYTHONPATH",
     )
+    hidden_states: HiddenStatesArgs | None = Field(
+        default=None,
+        description="emit per-token hidden states with the token stream: {layers: [...], "
+        "inline_bytes: 65536}; layers 'embeddings' (or 0) and 'final' (or -1); turns prefix "
+        "caching off; not with streamed input (docs/models.md)",
+    )
+
+    @model_validator(mode="after")
+    def _no_prefix_caching_with_hidden_states(self) -> VllmArgs:
+        if self.hidden_states is not None and self.engine.get("enable_prefix_caching"):
+            raise ValueError(
+                "hidden_states needs every prompt position computed: set "
+                "engine.enable_prefix_caching to false (or leave it out)"
+            )
+        return self
 
 
 def thread_env(threads: int) -> dict[str, str]:

@@ -59,6 +59,10 @@ class VllmWorkerEngine:
         self.va = va
         self.request_errors = (*REQUEST_ERRORS, va.VLLMClientError)
         self.fatal_errors = (va.EngineDeadError,)
+        hidden = args.get("hidden_states")
+        engine_args = dict(args["engine"])
+        if hidden is not None:  # every prompt position must be computed (VllmArgs checks it)
+            engine_args["enable_prefix_caching"] = False
         self.engine = va.build_engine(
             config["model"],
             enforce_eager=True,
@@ -68,11 +72,19 @@ class VllmWorkerEngine:
             dtype=args["dtype"],
             seed=args["seed"],
             disable_log_stats=True,
-            **args["engine"],
+            **engine_args,
         )
         self.max_model_len = args["max_model_len"]
         self.with_payload = args["request_output_payload"]
         self._warm_up()
+        self.hidden: Any = None
+        if hidden is not None:
+            from omni_core.kinds.vllm_hidden import HiddenStateCapture
+            from omni_core.stage.dataplane import default_plane
+
+            self.hidden = HiddenStateCapture(
+                self.engine, va, hidden["layers"], default_plane(), hidden["inline_bytes"]
+            )
         self.dead = False
         self.paused = False
         self.streamed: dict[str, _Streamed] = {}
@@ -93,6 +105,11 @@ class VllmWorkerEngine:
     def add(self, request: Any) -> None:
         rid = request.request_id
         if request.streaming_input:
+            if self.hidden is not None:
+                raise RequestError(
+                    f"request {rid}: this stage emits hidden states, which streamed input "
+                    "(a stream edge into it) does not support"
+                )
             params = self.va.sampling_params(request.params)
             state = _Streamed(params)
             self.streamed[rid] = state
@@ -114,7 +131,9 @@ class VllmWorkerEngine:
 
     def _add_request(self, rid: str, prompt: Any, params: Any, **kwargs: Any) -> None:
         try:
-            self.engine.add_request(rid, prompt, params, **kwargs)
+            engine_id = self.engine.add_request(rid, prompt, params, **kwargs)
+            if self.hidden is not None:
+                self.hidden.watch(engine_id, rid)
         except self.va.VLLMClientError as exc:
             if _about_prompt_length(exc):
                 raise PromptTooLongError(
@@ -165,6 +184,8 @@ class VllmWorkerEngine:
         ids = list(request_ids)
         for rid in request_ids:
             self.faulty.discard(rid)
+            if self.hidden is not None:
+                self.hidden.forget(rid)
             state = self.streamed.pop(rid, None)
             if state is not None and state.active is not None:
                 ids.append(state.active)
@@ -238,6 +259,7 @@ class VllmWorkerEngine:
                     state.active = None
                     self._next_chunk(owner, state)
             finished, reason, rid = False, None, owner
+        hidden = self.hidden.take(rid, finished) if self.hidden is not None else None
         outputs.append(
             StageOutput(
                 request_id=rid,
@@ -247,6 +269,7 @@ class VllmWorkerEngine:
                 finished=finished,
                 finish_reason=reason if finished else None,
                 logprobs=list(completion.logprobs) if completion.logprobs else None,
+                hidden_states=hidden,
             )
         )
         if owner is not None:

@@ -268,6 +268,7 @@ class RoutingMixin:
                 payload=out.payload,
                 logprobs=out.logprobs,
                 metrics=self._metrics(run) if last else {},
+                hidden_states=out.hidden_states,
             ),
         )
 

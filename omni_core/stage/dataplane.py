@@ -97,7 +97,8 @@ def plane_for(handle: TensorHandle, fallback: DataPlane) -> DataPlane:
 
 
 def materialize(payload: Any, plane: DataPlane) -> Any:
-    """Replace handles inside a payload (an object with array fields) by arrays."""
+    """Replace handles inside a payload (an object with array fields, or with a dict of arrays)
+    by arrays."""
     if isinstance(payload, TensorHandle):
         return plane.take(payload)
     fields = getattr(payload, "__dataclass_fields__", None)
@@ -106,4 +107,8 @@ def materialize(payload: Any, plane: DataPlane) -> Any:
             value = getattr(payload, name)
             if isinstance(value, TensorHandle):
                 setattr(payload, name, plane.take(value))
+            elif isinstance(value, dict):
+                for key, item in value.items():
+                    if isinstance(item, TensorHandle):
+                        value[key] = plane.take(item)
     return payload

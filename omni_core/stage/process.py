@@ -157,6 +157,8 @@ class ProcessStageClient(LocalStageClient):
             for out in rest[0]:
                 if out.payload is not None:
                     out.payload = materialize(out.payload, self._plane)
+                if out.hidden_states is not None:
+                    materialize(out.hidden_states, self._plane)
                 self._outbox.append(out)
         elif kind == "ack":
             call_id, ok, value = rest

@@ -119,6 +119,8 @@ class RayStageClient:
         for out in batch:
             if out.payload is not None:  # arrays come from the object store, not the call
                 out.payload = materialize(out.payload, self._plane)
+            if out.hidden_states is not None:
+                materialize(out.hidden_states, self._plane)
         return batch
 
     def is_healthy(self) -> bool:

@@ -84,6 +84,7 @@ def run(engine, prompt: Any) -> tuple[list[int], list[Any], list[int]]:
         async for out in engine.generate(prompt, sampling_params=params):
             ids.extend(out.token_ids)
             logprobs.extend(out.logprobs or [])
+            assert out.hidden_states is None  # a stage without engine_args.hidden_states
             last = out
         return ids, logprobs, last
 
