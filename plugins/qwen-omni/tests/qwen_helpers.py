@@ -32,3 +32,21 @@ AUDIO_CHAT = [
 IMAGE_CHAT = [
     {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Describe it."}]}
 ]
+
+
+def hidden_states_bridge(sources: list[Any], original_prompt: Any, params: Any) -> Any:
+    """A bridge as a talker's would be: the upstream thinker's token ids and its hidden states,
+    joined per layer."""
+    from omni_core.outputs import join_hidden_states
+
+    (thinker,) = sources
+    return {
+        "ids": list(thinker.token_ids),
+        "states": join_hidden_states(thinker.hidden_states),
+        "chunks": len(thinker.hidden_states),
+    }
+
+
+def echo(prompt: Any, params: Any) -> Any:
+    """A python stage that returns what its bridge gave it (as its output's payload)."""
+    return prompt
