@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from omni_core.config.pipeline import InputEdge
 from omni_core.errors import EngineDeadError
+from omni_core.orchestrator.graph import StageGraph
 from omni_core.orchestrator.state import ParentState, RunState, StageRun
 from omni_core.outputs import ErrorInfo, OmniRequestOutput, StageOutput, StageResult
 from omni_core.sampling import SamplingParams
@@ -68,50 +69,15 @@ class RoutingMixin:
     # graph
     # ------------------------------------------------------------------------------------------
     def _init_routing(self) -> None:
-        config = self.pipeline.config
-        self.order = [s.id for s in config.topological_order()]
-        self.downstream: dict[int, list[tuple[int, InputEdge]]] = {sid: [] for sid in self.order}
-        self.inputs: dict[int, list[InputEdge]] = {s.id: list(s.inputs) for s in config.stages}
-        self.fan_in = {sid: tuple(e.stage for e in edges) for sid, edges in self.inputs.items()}
-        for stage in config.stages:
-            for edge in stage.inputs:
-                self.downstream[edge.stage].append((stage.id, edge))
-        self.stream_sources = frozenset(
-            e.stage for s in config.stages for e in s.inputs if e.mode == "stream"
-        )
-        self.stage_info = {
-            sid: (st.name, st.config.final_output_type) for sid, st in self.pipeline.stages.items()
-        }
-        self._plans: dict[tuple[str, ...] | None, tuple[frozenset[int], tuple[int, ...]]] = {}
-
-    def plan(self, modalities: list[str] | None) -> tuple[frozenset[int], tuple[int, ...]]:
-        """(stages needed, final stages in order) for the wanted output modalities."""
-        key = tuple(sorted(modalities)) if modalities else None
-        cached = self._plans.get(key)
-        if cached is not None:
-            return cached
-        stages = self.pipeline.stages
-        finals = [s for s in self.order if stages[s].config.final_output]
-        if modalities:
-            finals = [s for s in finals if stages[s].config.final_output_type in modalities]
-        plan = (self._feeding(finals), tuple(finals))
-        self._plans[key] = plan
-        return plan
-
-    def plan_until(self, stage_id: int) -> tuple[frozenset[int], tuple[int, ...]]:
-        """(stages needed, final stages) of a run that ends at ``stage_id``."""
-        return self._feeding([stage_id]), (stage_id,)
-
-    def _feeding(self, stage_ids: list[int]) -> frozenset[int]:
-        """The given stages and every stage that feeds them."""
-        needed: set[int] = set()
-        todo = list(stage_ids)
-        while todo:
-            sid = todo.pop()
-            if sid not in needed:
-                needed.add(sid)
-                todo.extend(e.stage for e in self.inputs[sid])
-        return frozenset(needed)
+        self.graph = graph = StageGraph(self.pipeline)
+        self.order = graph.order
+        self.downstream = graph.downstream
+        self.inputs = graph.inputs
+        self.fan_in = graph.fan_in
+        self.stream_sources = graph.stream_sources
+        self.stage_info = graph.stage_info
+        self.plan = graph.plan
+        self.plan_until = graph.plan_until
 
     def new_run(
         self,
@@ -446,7 +412,13 @@ class RoutingMixin:
         return outputs
 
     def _terminate_run(self, run: RunState, finish_reason: str, error: ErrorInfo | None) -> None:
-        """The one place a run becomes terminal: tables, bindings, companions, parent, hooks."""
+        """The one place a run becomes terminal: tables, bindings, companions, parent, hooks.
+
+        Every stage still working on the run (an upstream stream source of a final stage that
+        ended first, a companion's stages) is aborted at its replica. The abort is started before
+        the terminal is handed to the caller (the task's first step runs before the emitter's
+        flush), so a caller reusing the id at once is not hit by it.
+        """
         if run.terminal:
             return
         run.terminal = True
@@ -454,14 +426,11 @@ class RoutingMixin:
         for sid, sr in run.stages.items():
             if sr.replica is not None:
                 self.pools[sid].bound[sr.replica].discard(run.run_id)
+        if not self._stop.is_set() and _still_working(run):
+            self.spawn(self._abort_quietly(run))
         ended = [run.run_id]
         for companion in run.companions:
             if not companion.terminal:
-                if not self._stop.is_set() and any(
-                    s.submitted and not s.finished and not s.aborted
-                    for s in companion.stages.values()
-                ):
-                    self.spawn(self._abort_quietly(companion))
                 self._terminate_run(companion, finish_reason, error)
         parent = run.parent
         if run.visible:
@@ -476,7 +445,7 @@ class RoutingMixin:
     async def _abort_quietly(self, run: RunState) -> None:
         error = await self._physical_abort([run])
         if error:
-            logger.warning("abort of companion %s failed: %s", run.run_id, error)
+            logger.warning("abort of terminal run %s failed: %s", run.run_id, error)
 
     def _on_deadline(self, request_id: str) -> None:
         if request_id in self.parents:
@@ -487,6 +456,11 @@ class RoutingMixin:
         if not result.success:
             logger.warning("deadline abort of %s failed: %s", request_id, result.error)
         self.emitter.flush()
+
+
+def _still_working(run: RunState) -> bool:
+    """Whether a stage replica may still be producing for ``run``."""
+    return any(s.submitted and not s.finished and not s.aborted for s in run.stages.values())
 
 
 def _unavailable(stage_name: str) -> ErrorInfo:

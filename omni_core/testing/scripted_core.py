@@ -47,6 +47,12 @@ class ScriptedArgs(BaseModel):
     hang_after: int | None = Field(
         default=None, ge=0, description="each request stops making progress after N outputs"
     )
+    stop_after: int | None = Field(
+        default=None,
+        ge=1,
+        description="each request finishes (`stop`) after N outputs, even with its input still "
+        "open (an end of sequence while the upstream still streams)",
+    )
     abort_fails: bool = Field(default=False, description="`abort` raises")
     rpc_error: bool = Field(
         default=False, description="control RPCs (sleep, wake_up, pause/resume) raise"
@@ -235,6 +241,8 @@ class ScriptedCore:
         if chunk_done:
             req.current = None
         last = chunk_done and not req.chunks and req.input_closed
+        if self.args.stop_after is not None and req.emitted >= self.args.stop_after:
+            last = True
         if self.args.output == "whole":
             req.whole.append(token)
             if not last:
@@ -245,7 +253,8 @@ class ScriptedCore:
         return StageOutput(request_id=rid, token_ids=[token], text=f"{self.name}:{token} ")
 
     def _finished(self, req: _Request, tokens: list[int], payload: Any = None) -> StageOutput:
-        reason = "length" if req.limit < self.args.num_tokens else "stop"
+        stopped = self.args.stop_after is not None and req.emitted >= self.args.stop_after
+        reason = "length" if req.limit < self.args.num_tokens and not stopped else "stop"
         text = "".join(f"{self.name}:{t} " for t in tokens)
         return StageOutput(
             request_id=req.request_id,
