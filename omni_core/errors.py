@@ -44,7 +44,19 @@ class RequestError(OmniError, ValueError):
 
 
 class StageUnavailableError(OmniError):
-    """A stage needed by a request has no live replica."""
+    """A stage cannot serve a request now: it has no live replica. Retryable (HTTP 503).
+
+    Request-scoped errors reach callers as :class:`~omni_core.outputs.ErrorInfo`; match this one
+    (and its subclasses) with ``error.is_a(StageUnavailableError)``, not by its name.
+    """
+
+    status_code = 503
+    retryable = True
+
+
+class ReplicaDeadError(StageUnavailableError):
+    """The stage replica holding a request died, which ended the request; retry it (another
+    replica, or a restarted one, serves it)."""
 
 
 class StartupError(OmniError):

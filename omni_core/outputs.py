@@ -8,22 +8,54 @@ from typing import Any
 
 import msgspec
 
+ErrorClass = type[BaseException]  # (``type`` is a field name inside ErrorInfo)
+
 
 class ErrorInfo(msgspec.Struct, frozen=True, kw_only=True):
-    """A request-scoped failure: ``type`` (error class name), ``message``, HTTP-like status code."""
+    """A request-scoped failure: ``type`` (error class name), ``message``, HTTP-like status code.
+
+    ``classes`` names the error's class and its bases up to (not including) ``Exception``, so
+    that :meth:`is_a` matches a class and its subclasses across processes; build one with
+    :meth:`from_exception` (the status code and ``retryable`` default to the exception's class
+    attributes where it has them, e.g. :class:`~omni_core.errors.StageUnavailableError`: 503,
+    retryable).
+    """
 
     type: str
     message: str
     status_code: int = 500
     retryable: bool = False
+    classes: tuple[str, ...] = ()
 
     @classmethod
     def from_exception(
-        cls, exc: BaseException, status_code: int = 500, retryable: bool = False
+        cls, exc: BaseException, status_code: int | None = None, retryable: bool | None = None
     ) -> ErrorInfo:
+        if status_code is None:
+            status_code = getattr(exc, "status_code", None)
+            status_code = status_code if isinstance(status_code, int) else 500
+        if retryable is None:
+            retryable = bool(getattr(exc, "retryable", False))
         return cls(
-            type=type(exc).__name__, message=str(exc), status_code=status_code, retryable=retryable
+            type=type(exc).__name__,
+            message=str(exc),
+            status_code=status_code,
+            retryable=retryable,
+            classes=_class_names(type(exc)),
         )
+
+    def is_a(self, error_class: ErrorClass) -> bool:
+        """Whether the error was an ``error_class`` (or a subclass of it) when it was raised."""
+        name = error_class.__name__
+        return name == self.type or name in self.classes
+
+
+def _class_names(error_class: type[BaseException]) -> tuple[str, ...]:
+    return tuple(
+        c.__name__
+        for c in error_class.__mro__
+        if issubclass(c, BaseException) and c not in (Exception, BaseException)
+    )
 
 
 @dataclass

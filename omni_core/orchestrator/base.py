@@ -12,7 +12,7 @@ import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
-from omni_core.errors import EngineDeadError, RpcError
+from omni_core.errors import EngineDeadError, ReplicaDeadError, RpcError
 from omni_core.messages import AbortRequest, CollectiveRpc, EngineMessage, Shutdown
 from omni_core.orchestrator.emit import Emitter
 from omni_core.orchestrator.intake import ReplicaIntake
@@ -246,11 +246,8 @@ class OrchestratorBase(RoutingMixin):
         )
         if client is not None:
             self.spawn(_quiet(client.shutdown()))
-        error = ErrorInfo(
-            type="ReplicaDeadError",
-            message=f"stage '{pool.stage.name}' replica {replica} died: {exc}",
-            status_code=503,
-            retryable=True,
+        error = ErrorInfo.from_exception(
+            ReplicaDeadError(f"stage '{pool.stage.name}' replica {replica} died: {exc}")
         )
         for run_id in sorted(bound):
             run = self.runs.get(run_id)

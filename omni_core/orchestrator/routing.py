@@ -11,7 +11,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from omni_core.config.pipeline import InputEdge
-from omni_core.errors import EngineDeadError
+from omni_core.errors import EngineDeadError, StageUnavailableError
 from omni_core.orchestrator.graph import StageGraph
 from omni_core.orchestrator.state import ParentState, RunState, StageRun
 from omni_core.outputs import ErrorInfo, OmniRequestOutput, StageOutput, StageResult
@@ -121,7 +121,7 @@ class RoutingMixin:
             prefer = run.companion_of.stages[stage_id].replica
         replica = pool.pick(prefer)
         if replica is None:
-            await self.fail_run(run, stage_id, _unavailable(pool.stage.name))
+            await self.fail_run(run, stage_id, unavailable(pool.stage.name))
             return
         client = pool.client(replica)
         assert client is not None
@@ -141,7 +141,7 @@ class RoutingMixin:
             pool.bound[replica].discard(run.run_id)
             await self._on_replica_dead(pool, replica, exc)
             if not run.terminal:
-                await self.fail_run(run, stage_id, _unavailable(pool.stage.name))
+                await self.fail_run(run, stage_id, unavailable(pool.stage.name))
             return
         except Exception as exc:
             pool.bound[replica].discard(run.run_id)
@@ -463,10 +463,8 @@ def _still_working(run: RunState) -> bool:
     return any(s.submitted and not s.finished and not s.aborted for s in run.stages.values())
 
 
-def _unavailable(stage_name: str) -> ErrorInfo:
-    return ErrorInfo(
-        type="StageUnavailableError",
-        message=f"stage '{stage_name}' has no live replica",
-        status_code=503,
-        retryable=True,
+def unavailable(stage_name: str) -> ErrorInfo:
+    """The error of a request that needs a stage without a live replica (503, retryable)."""
+    return ErrorInfo.from_exception(
+        StageUnavailableError(f"stage '{stage_name}' has no live replica")
     )

@@ -10,6 +10,7 @@ from omni_core.errors import PluginError
 from omni_core.messages import AddRequest, EngineMessage
 from omni_core.orchestrator.base import OrchestratorBase
 from omni_core.orchestrator.ids import caller_id_problem, child_id
+from omni_core.orchestrator.routing import unavailable
 from omni_core.orchestrator.state import ParentState, RunState
 from omni_core.outputs import ErrorInfo, OmniRequestOutput
 from omni_core.sampling import SEED_MIN, SamplingParams
@@ -35,16 +36,7 @@ class Orchestrator(OrchestratorBase):
             return
         for sid in sorted(needed):
             if not self.pools[sid].has_live():
-                self._reject(
-                    parent,
-                    finals,
-                    ErrorInfo(
-                        type="StageUnavailableError",
-                        message=f"stage '{self.pools[sid].stage.name}' has no live replica",
-                        status_code=503,
-                        retryable=True,
-                    ),
-                )
+                self._reject(parent, finals, unavailable(self.pools[sid].stage.name))
                 return
         first = self.order[0]
         n = msg.params[first].n

@@ -6,6 +6,7 @@ from typing import Any
 
 from fastapi.responses import JSONResponse
 
+from omni_core.errors import StageUnavailableError
 from omni_core.outputs import ErrorInfo
 
 
@@ -42,8 +43,9 @@ class ApiError(Exception):
 
 
 def from_error_info(error: ErrorInfo) -> ApiError:
-    """A request-scoped engine failure as an HTTP error (503 for unavailable stages)."""
-    if error.type in ("StageUnavailableError", "ReplicaDeadError"):
+    """A request-scoped engine failure as an HTTP error: a :class:`StageUnavailableError` (a
+    replica death included) is 503 ``service_unavailable``, a 4xx is the caller's, else 5xx."""
+    if error.is_a(StageUnavailableError):
         return ApiError(503, error.message, "service_unavailable", code=error.type)
     if 400 <= error.status_code < 500:
         return ApiError(error.status_code, error.message, "invalid_request_error", code=error.type)

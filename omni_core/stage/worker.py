@@ -63,8 +63,9 @@ def error_output(
     request_errors: tuple[type[BaseException], ...] = REQUEST_ERRORS,
 ) -> StageOutput:
     """The terminal output of a request that failed in this stage: 400 if ``exc`` is one of
-    ``request_errors`` (the request is invalid), else 500."""
-    status = 400 if isinstance(exc, request_errors) else 500
+    ``request_errors`` (the request is invalid), else its class's status (e.g. 503 for a
+    :class:`~omni_core.errors.StageUnavailableError`), else 500."""
+    status = 400 if isinstance(exc, request_errors) else None
     return StageOutput(
         request_id=request_id,
         finished=True,
