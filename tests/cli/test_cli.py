@@ -2,24 +2,7 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "scripted-chain.yaml"
-
-
-def omni(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("OMNI_")}
-    full_env.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "omni_core.cli", *args],
-        capture_output=True,
-        text=True,
-        env=full_env,
-        timeout=60,
-    )
+from tests.cli.helpers import EXAMPLE, omni
 
 
 def test_run_streams_text_and_prints_timing_table():

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.cli.test_cli import omni
+from tests.cli.helpers import omni
 
 jsonschema = pytest.importorskip("jsonschema")
 

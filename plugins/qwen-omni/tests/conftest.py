@@ -37,3 +37,14 @@ def tiny_qwen(qwen_cache: Path) -> Path:
     from omni_core.models import ensure_model
 
     return ensure_model("tiny-qwen2.5-omni", qwen_cache)
+
+
+@pytest.fixture(scope="session")
+def hf(tiny_qwen: Path) -> tuple[object, object]:
+    """The transformers reference on the tiny checkpoint: ``(processor, model)``, float32."""
+    import torch
+    from transformers import Qwen2_5OmniForConditionalGeneration, Qwen2_5OmniProcessor
+
+    proc = Qwen2_5OmniProcessor.from_pretrained(tiny_qwen)
+    model = Qwen2_5OmniForConditionalGeneration.from_pretrained(tiny_qwen, dtype=torch.float32)
+    return proc, model.eval()

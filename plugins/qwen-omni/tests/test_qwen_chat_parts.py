@@ -23,15 +23,6 @@ MODEL = "qwen2.5-omni-thinker"
 
 
 @pytest.fixture(scope="module")
-def hf(tiny_qwen):
-    from transformers import Qwen2_5OmniForConditionalGeneration, Qwen2_5OmniProcessor
-
-    proc = Qwen2_5OmniProcessor.from_pretrained(tiny_qwen)
-    model = Qwen2_5OmniForConditionalGeneration.from_pretrained(tiny_qwen, dtype=torch.float32)
-    return proc, model.eval()
-
-
-@pytest.fixture(scope="module")
 def client(tiny_qwen, qwen_cache):
     settings = OmniSettings(cache_dir=qwen_cache, startup_timeout_s=300.0, shutdown_timeout_s=5)
     config = PluginHost.create(settings).pipelines()[MODEL].load()

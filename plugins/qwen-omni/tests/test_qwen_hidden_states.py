@@ -54,15 +54,6 @@ def pipeline(**hidden: Any) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def hf(tiny_qwen):
-    from transformers import Qwen2_5OmniForConditionalGeneration, Qwen2_5OmniProcessor
-
-    proc = Qwen2_5OmniProcessor.from_pretrained(tiny_qwen)
-    model = Qwen2_5OmniForConditionalGeneration.from_pretrained(tiny_qwen, dtype=torch.float32)
-    return proc, model.eval()
-
-
-@pytest.fixture(scope="module")
 def engine(tiny_qwen, qwen_cache):
     settings = OmniSettings(cache_dir=qwen_cache, startup_timeout_s=300.0)
     # a small inline limit, so the prompt's arrays take the data plane and decode rows do not;

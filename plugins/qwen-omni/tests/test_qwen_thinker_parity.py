@@ -26,15 +26,6 @@ AUDIO_TOKEN, IMAGE_TOKEN = 4003, 4012
 
 
 @pytest.fixture(scope="module")
-def hf(tiny_qwen):
-    from transformers import Qwen2_5OmniForConditionalGeneration, Qwen2_5OmniProcessor
-
-    proc = Qwen2_5OmniProcessor.from_pretrained(tiny_qwen)
-    model = Qwen2_5OmniForConditionalGeneration.from_pretrained(tiny_qwen, dtype=torch.float32)
-    return proc, model.eval()
-
-
-@pytest.fixture(scope="module")
 def engine(tiny_qwen, qwen_cache):
     settings = OmniSettings(cache_dir=qwen_cache, startup_timeout_s=300.0)
     host = PluginHost.create(settings)
