@@ -194,20 +194,10 @@ def chat_response(
                 "routed_experts": None,
             }
         )
-    return {
-        "id": new_id("chatcmpl"),
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": model,
-        "choices": body_choices,
-        "service_tier": None,
-        "system_fingerprint": FINGERPRINT,
-        "usage": usage(prompt_tokens, choices),
-        "prompt_logprobs": None,
-        "prompt_token_ids": None,
-        "prompt_text": None,
-        **NEVER_FILLED,
-    }
+    extra = {"prompt_logprobs": None, "prompt_token_ids": None, "prompt_text": None}
+    return _whole(
+        "chatcmpl", "chat.completion", model, body_choices, usage(prompt_tokens, choices), extra
+    )
 
 
 def completion_response(
@@ -241,14 +231,27 @@ def completion_response(
                 "routed_experts": None,
             }
         )
+    return _whole("cmpl", "text_completion", model, body_choices, usage(prompt_tokens, choices), {})
+
+
+def _whole(
+    prefix: str,
+    obj: str,
+    model: str,
+    choices: list[dict[str, Any]],
+    spent: dict[str, Any],
+    extra: dict[str, Any],
+) -> dict[str, Any]:
+    """A whole (non-streamed) response around its choices, in vLLM's field order."""
     return {
-        "id": new_id("cmpl"),
-        "object": "text_completion",
+        "id": new_id(prefix),
+        "object": obj,
         "created": int(time.time()),
         "model": model,
-        "choices": body_choices,
+        "choices": choices,
         "service_tier": None,
         "system_fingerprint": FINGERPRINT,
-        "usage": usage(prompt_tokens, choices),
+        "usage": spent,
+        **extra,
         **NEVER_FILLED,
     }
