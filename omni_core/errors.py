@@ -43,6 +43,23 @@ class RequestError(OmniError, ValueError):
         self.status_code = status_code
 
 
+class RequestRejected(OmniError):
+    """An ``omni_admit_request`` hook refuses a request with an HTTP status of its own.
+
+    ``status`` is a 4xx (e.g. 403 not allowed, 422 unprocessable, 429 over a quota); the caller
+    gets one error terminal whose ``ErrorInfo`` has that ``status_code`` and ``message`` (HTTP:
+    that status, OpenAI's error shape). 429 is retryable. Any other exception from the hook is a
+    400 naming the plugin.
+    """
+
+    def __init__(self, status: int, message: str) -> None:
+        if isinstance(status, bool) or not isinstance(status, int) or not 400 <= status <= 499:
+            raise PluginError(f"RequestRejected needs a 4xx status, got {status!r}")
+        super().__init__(message)
+        self.status = self.status_code = status
+        self.retryable = status == 429
+
+
 class StageUnavailableError(OmniError):
     """A stage cannot serve a request now: it has no live replica. Retryable (HTTP 503).
 

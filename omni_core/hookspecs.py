@@ -155,8 +155,10 @@ def omni_admit_request(
     Fires on the orchestrator thread once per admitted request (and per parallel-sampling child),
     before the request is registered. All impls are called; their companions are admitted together
     with the request, all or nothing: if any impl raises, nothing is admitted and the request gets
-    one terminal error naming the plugin. Companion ids are ``f"{request_id}{companion.suffix}"``;
-    companions go to the same replicas as their request and are never shown to the caller.
+    one terminal error naming the plugin (400), or, for
+    :class:`~omni_core.errors.RequestRejected`, that error's own 4xx status and message.
+    Companion ids are ``f"{request_id}{companion.suffix}"``; companions go to the same replicas
+    as their request and are never shown to the caller.
     """
 
 

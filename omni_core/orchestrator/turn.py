@@ -6,7 +6,7 @@ import logging
 
 import msgspec
 
-from omni_core.errors import PluginError
+from omni_core.errors import PluginError, RequestRejected
 from omni_core.messages import AddRequest, EngineMessage
 from omni_core.orchestrator.base import OrchestratorBase
 from omni_core.orchestrator.ids import caller_id_problem, child_id
@@ -58,6 +58,9 @@ class Orchestrator(OrchestratorBase):
         ]
         try:
             companions = [self._companions(run) for run in runs]
+        except RequestRejected as exc:  # the plugin's own status and message
+            self._reject(parent, finals, ErrorInfo.from_exception(exc))
+            return
         except PluginError as exc:
             self._reject(parent, finals, ErrorInfo.from_exception(exc, status_code=400))
             return

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from omni_core.errors import PluginConflictError, PluginError
+from omni_core.errors import PluginConflictError, PluginError, RequestRejected
 from omni_core.plugin.manager import OBSERVERS, collecting, plugin_of
 from omni_core.plugin.types import (
     Admission,
@@ -178,9 +178,12 @@ class PluginHost:
 
     # --- lifecycle decisions (orchestrator thread) -------------------------------------------
     def admit_request(self, **kwargs: Any) -> list[Admission]:
-        """All impls' admissions. Raises PluginError naming the plugin that failed."""
+        """All impls' admissions. A :class:`RequestRejected` propagates as it is; anything else
+        raised becomes a PluginError naming the plugin that failed."""
         try:
             pairs = list(self.results_by_plugin("omni_admit_request", **kwargs))
+        except RequestRejected:
+            raise
         except Exception as exc:
             who = f"plugin '{plugin_of(exc)}'" if plugin_of(exc) else "a hook wrapper"
             raise PluginError(f"{who} rejected the request: {type(exc).__name__}: {exc}") from exc

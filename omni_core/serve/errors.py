@@ -42,11 +42,20 @@ class ApiError(Exception):
         return JSONResponse(body, status_code=self.status, headers=self.headers)
 
 
+_CLIENT_ERROR_TYPES = {
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    429: "rate_limit_exceeded",
+}
+
+
 def from_error_info(error: ErrorInfo) -> ApiError:
     """A request-scoped engine failure as an HTTP error: a :class:`StageUnavailableError` (a
     replica death included) is 503 ``service_unavailable``, a 4xx is the caller's, else 5xx."""
     if error.is_a(StageUnavailableError):
         return ApiError(503, error.message, "service_unavailable", code=error.type)
     if 400 <= error.status_code < 500:
-        return ApiError(error.status_code, error.message, "invalid_request_error", code=error.type)
+        kind = _CLIENT_ERROR_TYPES.get(error.status_code, "invalid_request_error")
+        return ApiError(error.status_code, error.message, kind, code=error.type)
     return ApiError(error.status_code, error.message, "server_error", code=error.type)
