@@ -179,11 +179,11 @@ def omni_forward_gate(
 ) -> ForwardGate | None:
     """Decide whether a forward of ``request_id`` to ``stage_id`` may happen now.
 
-    Orchestrator thread, before every ``on_finish`` forward (``stream`` edges are not gated). All
-    impls are called: any ``defer=True`` defers the forward until
+    Orchestrator thread, before every ``on_finish`` forward and once when a stage fed by a
+    ``stream`` edge opens. All impls are called: any ``defer=True`` defers the forward until
     ``orchestrator.release_forward(request_id, stage_id)`` — called on the orchestrator loop — which
     asks every gate again; the ``extra_sources`` of all results are appended to the bridge's
-    sources.
+    sources; the transforms compose by ascending ``ForwardGate.order``, ties by plugin name.
     """
 
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from omni_core.config.pipeline import InputEdge
 from omni_core.errors import EngineDeadError, StageUnavailableError
+from omni_core.orchestrator.gates import ask_gates
 from omni_core.orchestrator.graph import StageGraph
 from omni_core.orchestrator.state import ParentState, RunState, StageRun
 from omni_core.outputs import ErrorInfo, OmniRequestOutput, StageOutput, StageResult
@@ -275,24 +276,50 @@ class RoutingMixin:
             )
         tr.stream_buffer.add(out)
         tr.stream_count += 1
-        if tr.stream_count < edge.chunk and not out.finished:
+        if tr.deferred or (tr.stream_count < edge.chunk and not out.finished):
+            return  # a held stream keeps buffering until release_forward
+        await self._send_stream(run, target, out.finished)
+
+    async def _send_stream(self, run: RunState, target: int, upstream_done: bool) -> None:
+        """Bridge what a stream edge buffered for ``target``: open its request (once the forward
+        gates let it; their transforms then apply to every chunk) or feed it as more input."""
+        tr = run.stages[target]
+        if tr.stream_buffer is None:
             return
+        sources: list[Any] = [tr.stream_buffer]
+        verdict = run.stream_gates.get(target) if run.stream_gates else None
+        if not tr.submitted:
+            verdict = ask_gates(self.hooks, run.run_id, target, self)
+            if verdict is None:
+                tr.deferred = True
+                return
+            tr.deferred = False
+            sources.extend(verdict.extra_sources)
+            if verdict.transforms:
+                run.stream_gates = {**(run.stream_gates or {}), target: verdict}
         stage = self.pipeline.stages[target]
-        chunk = stage.bridge([tr.stream_buffer], run.prompt, run.params[target])
-        if chunk is None and not out.finished:
+        try:
+            chunk = stage.bridge(sources, run.prompt, run.params[target])
+            if chunk is not None and verdict is not None:
+                chunk = verdict.apply(chunk)
+        except Exception as exc:
+            if not await self._handle_forward_failure(run, target, exc):
+                await self.fail_run(run, target, ErrorInfo.from_exception(exc, status_code=400))
+            return
+        if chunk is None and not upstream_done:
             return
         tr.stream_buffer, tr.stream_count = None, 0
         if not tr.submitted:
             if chunk is None:
                 await self._skip_stage(run, target)
             else:
-                await self.submit(run, target, chunk, streaming_input=not out.finished)
+                await self.submit(run, target, chunk, streaming_input=not upstream_done)
             return
         client = self.pools[target].client(tr.replica) if tr.replica is not None else None
         if client is None:
             return  # replica died: its death handler fails this request
         try:
-            await client.add_input(run.run_id, chunk if chunk is not None else [], out.finished)
+            await client.add_input(run.run_id, chunk if chunk is not None else [], upstream_done)
         except EngineDeadError:
             return  # its reader reports the death and fails the bound requests
         except Exception as exc:
@@ -304,23 +331,16 @@ class RoutingMixin:
         tr = run.stages[target]
         if tr.submitted or tr.finished or run.terminal:
             return
-        sources: list[Any] = [run.stages[sid].result for sid in self.fan_in[target]]
-        transforms: list[Any] = []
-        if self.hooks.has_forward_gates:
-            gates = self.hooks.forward_gates(run.run_id, target, self)
-            if any(g.defer for g in gates):
-                tr.deferred = True
-                return
-            for gate in gates:
-                sources.extend(gate.extra_sources)
-                if gate.transform is not None:
-                    transforms.append(gate.transform)
+        verdict = ask_gates(self.hooks, run.run_id, target, self)
+        if verdict is None:
+            tr.deferred = True
+            return
         tr.deferred = False
+        sources: list[Any] = [run.stages[sid].result for sid in self.fan_in[target]]
+        sources.extend(verdict.extra_sources)
         stage = self.pipeline.stages[target]
         try:
-            prompt = stage.bridge(sources, run.prompt, run.params[target])
-            for transform in transforms:
-                prompt = transform(prompt)
+            prompt = verdict.apply(stage.bridge(sources, run.prompt, run.params[target]))
         except Exception as exc:
             if not await self._handle_forward_failure(run, target, exc):
                 await self.fail_run(run, target, ErrorInfo.from_exception(exc, status_code=400))
@@ -338,7 +358,14 @@ class RoutingMixin:
         self.spawn(self._release(run, stage_id))
 
     async def _release(self, run: RunState, stage_id: int) -> None:
-        await self.forward(run, stage_id)
+        if run.terminal or not run.stages[stage_id].deferred:
+            return
+        streams = [e.stage for e in self.inputs[stage_id] if e.mode == "stream"]
+        if streams:
+            done = all(run.stages[sid].finished for sid in streams)
+            await self._send_stream(run, stage_id, done)
+        else:
+            await self.forward(run, stage_id)
         self.emitter.flush()
 
     async def _skip_stage(self, run: RunState, stage_id: int) -> None:

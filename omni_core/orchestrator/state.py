@@ -57,6 +57,7 @@ class RunState:
     finished_finals: set[int] = field(default_factory=set)
     terminal: bool = False
     tags: dict[str, Any] = field(default_factory=dict)
+    stream_gates: dict[int, Any] | None = None  # stage id -> the gates' Verdict its chunks take
 
     @property
     def visible(self) -> bool:

@@ -204,14 +204,13 @@ class PluginHost:
             )
         )
 
-    def forward_gates(self, request_id: str, stage_id: int, orchestrator: Any) -> list[ForwardGate]:
-        return [
-            g
-            for g in self.pm.hook.omni_forward_gate(
-                request_id=request_id, stage_id=stage_id, orchestrator=orchestrator
-            )
-            if g is not None
-        ]
+    def forward_gates(
+        self, request_id: str, stage_id: int, orchestrator: Any
+    ) -> list[tuple[str, ForwardGate]]:
+        """``(plugin name, gate)`` of every impl that returned one, in pluggy's call order."""
+        return self.results_by_plugin(
+            "omni_forward_gate", request_id=request_id, stage_id=stage_id, orchestrator=orchestrator
+        )
 
     def expand_abort(self, request_ids: list[str], orchestrator: Any) -> list[str]:
         extra: list[str] = []

@@ -203,9 +203,12 @@ class ForwardGate:
     ``orchestrator.release_forward(request_id, stage_id)``. ``extra_sources`` are appended to the
     bridge's sources when the forward happens. ``transform(prompt)`` rewrites the bridge's result
     (the next stage's prompt) before it is submitted; an exception in it fails the request like a
-    failing bridge.
+    failing bridge. Several plugins' transforms compose in ascending ``order``, ties by plugin
+    name, never by registration order. On a ``stream`` edge the gate is asked when the target
+    stage's request is about to open; its transform then rewrites every chunk fed to it.
     """
 
     defer: bool = False
     extra_sources: tuple[Any, ...] = ()
     transform: Callable[[Any], Any] | None = None
+    order: int = 0
