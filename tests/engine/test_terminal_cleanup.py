@@ -60,3 +60,30 @@ async def test_a_finished_id_can_be_reused_at_once(make_engine):
     assert [o.token_ids for o in second] == [o.token_ids for o in first]
     assert second[-1].finished and second[-1].finish_reason == "stop"
     assert await _running(engine, 0) == []
+
+
+LONG_STREAM = """
+name: long-stream
+stages:
+  - {id: 0, name: thinker, kind: scripted, engine_args: {num_tokens: 400, delay_s: 0.005}}
+  - {id: 1, name: talker, kind: scripted, inputs: [{stage: 0, mode: stream, chunk: 2}], engine_args: {num_tokens: 1}, final_output: true, final_output_type: audio}
+"""
+
+
+@pytest.mark.parametrize("how", ["abort", "timeout", "error"])
+async def test_every_other_terminal_also_leaves_no_stage_working(make_engine, how):
+    engine = make_engine(LONG_STREAM)
+    params = None
+    if how == "timeout":
+        params = SamplingParams(deadline_s=0.2)
+    elif how == "error":
+        params = SamplingParams(extra={"scripted": {"fail_after": 3, "stages": ["talker"]}})
+    gen = engine.generate("hi", request_id="r", sampling_params=params)
+    outputs = [await gen.__anext__()]
+    if how == "abort":
+        engine.abort("r")
+    outputs += [o async for o in gen]
+    assert [o.finished for o in outputs].count(True) == 1 and outputs[-1].finished
+    assert outputs[-1].finish_reason == {"abort": "abort", "timeout": "timeout"}.get(how, "error")
+    assert await _running(engine, 0) == [] and await _running(engine, 1) == []
+    assert engine.request_tables() == {"requests": 0, "runs": 0, "bindings": 0}
