@@ -74,22 +74,23 @@ class SamplingParams(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_un
         try:
             return msgspec.convert(data, cls)
         except msgspec.ValidationError as exc:
-            raise RequestError(_problem(where, data, str(exc))) from None
+            line, field = _problem(where, data, str(exc))
+            raise RequestError(line, param=field) from None
 
     def merged(self, overrides: dict[str, Any]) -> SamplingParams:
         return msgspec.structs.replace(self, **overrides)
 
 
-def _problem(where: str, data: Any, message: str) -> str:
+def _problem(where: str, data: Any, message: str) -> tuple[str, str | None]:
     """msgspec's "Expected `float` <= 2.0 - at `$.temperature`" → one line naming the field and
-    the value that was given."""
+    the value that was given, and the field's name (an HTTP error's ``param``)."""
     text, sep, path = message.rpartition(" - at `$")
     if not sep:
-        return f"{where}: {message}"
+        return f"{where}: {message}", None
     path = path.rstrip("`")
     line = f"{where}{path}: {text[:1].lower()}{text[1:]}"
     name = path.lstrip(".").split("[", 1)[0]
     if isinstance(data, dict) and name in data:
         value = repr(data[name])
         line += f" (value: {value if len(value) <= 80 else value[:77] + '...'})"
-    return line
+    return line, name or None

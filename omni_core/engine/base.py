@@ -183,7 +183,8 @@ class OmniEngineBase:
         if params.n > self.settings.max_n:
             raise RequestError(
                 f"{where}.n: {params.n} parallel samples asked, at most {self.settings.max_n} "
-                "allowed (OMNI_MAX_N)"
+                "allowed (OMNI_MAX_N)",
+                param="n",
             )
         return params
 

@@ -330,3 +330,19 @@ def test_token_counters_agree_with_usage(server):
     after = counted()
     assert after[0] - before[0] == whole.usage.prompt_tokens + streamed.prompt_tokens
     assert after[1] - before[1] == whole.usage.completion_tokens + streamed.completion_tokens == 5
+
+
+def test_invalid_sampling_fields_name_their_param(server):
+    base, _, _ = server
+    with httpx.Client(base_url=base, headers={"Authorization": "Bearer sekret"}) as h:
+        for field, value in [("temperature", -1), ("top_p", 0), ("seed", 2**70), ("n", 1000)]:
+            r = h.post(
+                "/v1/chat/completions",
+                json={
+                    "model": "chat-test",
+                    "messages": [{"role": "user", "content": "x"}],
+                    field: value,
+                },
+            )
+            assert r.status_code == 400, (field, r.text)
+            assert r.json()["error"]["param"] == field, (field, r.text)
