@@ -50,3 +50,43 @@ def hidden_states_bridge(sources: list[Any], original_prompt: Any, params: Any) 
 def echo(prompt: Any, params: Any) -> Any:
     """A python stage that returns what its bridge gave it (as its output's payload)."""
     return prompt
+
+
+def hf_inputs(hf: Any, chat: list[dict[str, Any]], **media: Any) -> tuple[str, Any]:
+    """transformers' rendering of ``chat`` and its processor inputs (``hf``: the conftest's
+    ``(processor, model)``)."""
+    proc, _ = hf
+    text = proc.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
+    return text, proc(text=text, return_tensors="pt", **media)
+
+
+def greedy(hf: Any, chat: list[dict[str, Any]], new_tokens: int, **media: Any) -> Any:
+    """transformers' greedy thinker reply: ``(text, inputs, generated ids)``."""
+    import torch
+
+    text, inputs = hf_inputs(hf, chat, **media)
+    with torch.no_grad():
+        out = hf[1].generate(
+            **inputs,
+            generation_mode="text",
+            thinker_do_sample=False,
+            thinker_max_new_tokens=new_tokens,
+        )
+    return text, inputs, out[0, inputs["input_ids"].shape[1] :].tolist()
+
+
+def teacher_forced(
+    hf: Any, chat: list[dict[str, Any]], generated: list[int], **media: Any
+) -> tuple[list[int], Any]:
+    """transformers' prompt ids and thinker hidden states over prompt + generated[:-1]."""
+    import torch
+
+    _, inputs = hf_inputs(hf, chat, **media)
+    prompt = inputs["input_ids"][0].tolist()
+    ids = torch.tensor([prompt + generated[:-1]])
+    forward = {k: v for k, v in inputs.items() if k not in ("input_ids", "attention_mask")}
+    with torch.no_grad():
+        out = hf[1].thinker(
+            input_ids=ids, attention_mask=torch.ones_like(ids), output_hidden_states=True, **forward
+        )
+    return prompt, out.hidden_states

@@ -11,8 +11,7 @@ import wave
 import numpy as np
 import openai
 import pytest
-import torch
-from qwen_helpers import AUDIO_CHAT, IMAGE_CHAT, SAMPLE_RATE, image, sine
+from qwen_helpers import AUDIO_CHAT, IMAGE_CHAT, SAMPLE_RATE, greedy, image, sine
 
 from omni_core import OmniSettings
 from omni_core.plugin.hooks import PluginHost
@@ -48,20 +47,10 @@ def png_url(picture) -> str:
 
 
 def reference_text(hf, chat, **media) -> str:
-    proc, model = hf
-    text = proc.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
-    inputs = proc(text=text, return_tensors="pt", **media)
-    with torch.no_grad():
-        out = model.generate(
-            **inputs,
-            generation_mode="text",
-            thinker_do_sample=False,
-            thinker_max_new_tokens=NEW_TOKENS,
-        )
-    ids = out[0, inputs["input_ids"].shape[1] :].tolist()
+    _, _, ids = greedy(hf, chat, NEW_TOKENS, **media)
     # vLLM's incremental detokenizer holds back a trailing incomplete UTF-8 sequence, which a
     # whole decode renders as U+FFFD: compare without it
-    return proc.tokenizer.decode(ids, skip_special_tokens=True).rstrip("\ufffd")
+    return hf[0].tokenizer.decode(ids, skip_special_tokens=True).rstrip("\ufffd")
 
 
 def chat(client, content) -> str:

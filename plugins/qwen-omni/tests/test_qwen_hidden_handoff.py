@@ -11,9 +11,8 @@ import asyncio
 
 import numpy as np
 import pytest
-import torch
 from omni_qwen.pipelines import thinker_engine_args
-from qwen_helpers import AUDIO_CHAT, SAMPLE_RATE, sine
+from qwen_helpers import AUDIO_CHAT, SAMPLE_RATE, sine, teacher_forced
 
 from omni_core import AsyncOmniEngine, OmniSettings, PipelineConfig
 from omni_core.plugin.hooks import PluginHost
@@ -58,13 +57,9 @@ def engine(tiny_qwen, qwen_cache):
     engine.shutdown()
 
 
-def test_a_downstream_bridge_gets_the_thinkers_hidden_states(engine, tiny_qwen):
-    from transformers import Qwen2_5OmniForConditionalGeneration, Qwen2_5OmniProcessor
-
-    proc = Qwen2_5OmniProcessor.from_pretrained(tiny_qwen)
-    model = Qwen2_5OmniForConditionalGeneration.from_pretrained(tiny_qwen, dtype=torch.float32)
+def test_a_downstream_bridge_gets_the_thinkers_hidden_states(engine, hf):
     audio = sine()
-    text = proc.apply_chat_template(AUDIO_CHAT, add_generation_prompt=True, tokenize=False)
+    text = hf[0].apply_chat_template(AUDIO_CHAT, add_generation_prompt=True, tokenize=False)
     prompt = {"prompt": text, "multi_modal_data": {"audio": (audio, SAMPLE_RATE)}}
 
     async def go():
@@ -77,17 +72,7 @@ def test_a_downstream_bridge_gets_the_thinkers_hidden_states(engine, tiny_qwen):
     assert len(ids) == NEW_TOKENS and set(states) == {"embeddings", "final"}
     assert handed["chunks"] == 1  # vLLM's one final output carried every row
 
-    inputs = proc(text=text, audio=[audio], return_tensors="pt")
-    prompt_ids = inputs["input_ids"][0].tolist()
-    forced = torch.tensor([prompt_ids + ids[:-1]])
-    extra = {k: v for k, v in inputs.items() if k not in ("input_ids", "attention_mask")}
-    with torch.no_grad():
-        ref = model.thinker(
-            input_ids=forced,
-            attention_mask=torch.ones_like(forced),
-            output_hidden_states=True,
-            **extra,
-        ).hidden_states
+    prompt_ids, ref = teacher_forced(hf, AUDIO_CHAT, ids, audio=[audio])
     rows = len(prompt_ids) + len(ids) - 1
     for name, index in (("embeddings", 0), ("final", -1)):
         assert states[name].shape == (rows, 128) and states[name].dtype == np.float32

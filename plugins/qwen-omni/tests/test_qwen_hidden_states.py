@@ -18,9 +18,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-import torch
 from omni_qwen.pipelines import thinker_engine_args
-from qwen_helpers import AUDIO_CHAT, SAMPLE_RATE, TEXT_CHAT, sine
+from qwen_helpers import AUDIO_CHAT, SAMPLE_RATE, TEXT_CHAT, sine, teacher_forced
 
 from omni_core import AsyncOmniEngine, OmniSettings, PipelineConfig
 from omni_core.config.resolve import resolve_pipeline
@@ -89,24 +88,6 @@ def run(engine, prompt: Any) -> tuple[list[int], list[int], list[HiddenStates]]:
 def prompt_ids(out: Any, last: Any) -> list[int]:
     payload = out.payload if out.payload is not None else last.payload
     return list(payload.prompt_token_ids)
-
-
-def teacher_forced(hf, chat, generated: list[int], **media: Any) -> tuple[list[int], Any]:
-    """transformers' prompt ids and hidden states over prompt + generated[:-1]."""
-    proc, model = hf
-    text = proc.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
-    inputs = proc(text=text, return_tensors="pt", **media)
-    prompt = inputs["input_ids"][0].tolist()
-    ids = torch.tensor([prompt + generated[:-1]])
-    forward = {k: v for k, v in inputs.items() if k not in ("input_ids", "attention_mask")}
-    with torch.no_grad():
-        out = model.thinker(
-            input_ids=ids,
-            attention_mask=torch.ones_like(ids),
-            output_hidden_states=True,
-            **forward,
-        )
-    return prompt, out.hidden_states
 
 
 def check(chunks: list[HiddenStates], prompt: list[int], generated: list[int], ref: Any) -> None:

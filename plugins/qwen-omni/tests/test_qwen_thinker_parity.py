@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from qwen_helpers import AUDIO_CHAT, IMAGE_CHAT, SAMPLE_RATE, TEXT_CHAT, image, sine
+from qwen_helpers import AUDIO_CHAT, IMAGE_CHAT, SAMPLE_RATE, TEXT_CHAT, greedy, image, sine
 
 from omni_core import AsyncOmniEngine, OmniSettings
 from omni_core.plugin.hooks import PluginHost
@@ -37,30 +37,21 @@ def engine(tiny_qwen, qwen_cache):
 
 def reference(hf, chat, **media: Any) -> dict[str, Any]:
     """transformers: the rendered prompt, its ids, the greedy ids and a top-k oracle."""
-    proc, model = hf
-    text = proc.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
-    inputs = proc(text=text, return_tensors="pt", **media)
-    with torch.no_grad():
-        out = model.generate(
-            **inputs,
-            generation_mode="text",
-            thinker_do_sample=False,
-            thinker_max_new_tokens=NEW_TOKENS,
-        )
-    n = inputs["input_ids"].shape[1]
+    text, inputs, ids = greedy(hf, chat, NEW_TOKENS, **media)
+    model = hf[1]
 
     def top(position: int, prefix: list[int]) -> list[int]:
         """transformers' top-k ids for generated position ``position`` after ``prefix``."""
-        ids = torch.tensor([inputs["input_ids"][0].tolist() + prefix[:position]])
+        forced = torch.tensor([inputs["input_ids"][0].tolist() + prefix[:position]])
         forward = {k: v for k, v in inputs.items() if k not in ("input_ids", "attention_mask")}
         with torch.no_grad():
-            logits = model.thinker(input_ids=ids, **forward).logits[0, -1]
+            logits = model.thinker(input_ids=forced, **forward).logits[0, -1]
         return torch.topk(logits, TOP_K).indices.tolist()
 
     return {
         "text": text,
         "prompt_ids": inputs["input_ids"][0].tolist(),
-        "ids": out[0, n:].tolist(),
+        "ids": ids,
         "top": top,
     }
 
