@@ -285,7 +285,7 @@ class Run:
         modalities: list[str],
     ) -> None:
         self.request = request
-        self.admission = admission
+        self.admission: Admission | None = admission
         admission.enter()
         self.gen = _generate(engine, rendered.prompt, params, modalities)
 
@@ -338,7 +338,7 @@ class Run:
     async def close(self) -> None:
         if self.admission is not None:
             self.admission.leave()
-            self.admission = None  # type: ignore[assignment]
+            self.admission = None  # left once, however many paths close the run
             await self.gen.aclose()
 
 
