@@ -13,11 +13,14 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from omni_core.errors import RequestError
+
+if TYPE_CHECKING:
+    from omni_core.config.resolve import ResolvedPipeline
 
 logger = logging.getLogger(__name__)
 
@@ -136,6 +139,16 @@ def check_parts(messages: list[ChatMessage], renderer: PromptRenderer) -> None:
 
 
 MEDIA_PARTS = {"audio": "input_audio", "image": "image_url"}  # vLLM's modality → part type
+
+
+def pipeline_renderer(pipeline: ResolvedPipeline, settings: Any) -> PromptRenderer:
+    """The renderer of a pipeline's first stage (its kind's, else :class:`PlainRenderer`); needs
+    no started stage, so callers can check a prompt before any stage starts."""
+    first = pipeline.stages[min(pipeline.stages)]
+    if first.kind.renderer is None:
+        return PlainRenderer(first.name)
+    renderer: PromptRenderer = first.kind.renderer(first.config, first.args, settings)
+    return renderer
 
 
 def _audio_rate(model_dir: Path) -> int:

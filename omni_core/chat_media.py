@@ -4,6 +4,8 @@ Audio: base64 WAV (PCM 8/16/32-bit integer or 32-bit float, mono or interleaved 
 down to mono) → float32 at the stage's sampling rate (linear resampling when the rates differ;
 send audio at the model's rate to avoid it). Images: ``data:`` URLs only (the server fetches
 nothing), decoded with Pillow to RGB. Every failure is a :class:`RequestError` naming the part.
+:func:`audio_file_part` / :func:`image_file_part` make such parts from files (``omni run``'s
+``--audio`` / ``--image``), checked when made.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import base64
 import binascii
 import io
 import wave
+from pathlib import Path
 from typing import Any
 
 from omni_core.errors import RequestError
@@ -32,7 +35,18 @@ def decode_audio(data: str, fmt: str, rate: int, where: str) -> Any:
 
     if fmt != "wav":
         raise RequestError(f"{where}: only 'wav' audio is supported, not '{fmt}'", param=where)
-    raw = _b64(data, where)
+    samples, src_rate = read_wav(_b64(data, where), where)
+    if src_rate != rate:
+        duration = samples.size / src_rate
+        target = np.arange(round(duration * rate), dtype=np.float64) / rate
+        samples = np.interp(target, np.arange(samples.size) / src_rate, samples)
+    return samples.astype(np.float32)
+
+
+def read_wav(raw: bytes, where: str) -> tuple[Any, int]:
+    """A WAV file's bytes → (mono float32 samples, their sampling rate)."""
+    import numpy as np
+
     try:
         with wave.open(io.BytesIO(raw)) as wav:
             channels, width, src_rate = wav.getnchannels(), wav.getsampwidth(), wav.getframerate()
@@ -46,26 +60,53 @@ def decode_audio(data: str, fmt: str, rate: int, where: str) -> Any:
     if not samples.size:
         raise RequestError(f"{where}: the audio is empty", param=where)
     samples = samples[: samples.size - samples.size % channels].reshape(-1, channels).mean(axis=1)
-    if src_rate != rate:
-        duration = samples.size / src_rate
-        target = np.arange(round(duration * rate), dtype=np.float64) / rate
-        samples = np.interp(target, np.arange(samples.size) / src_rate, samples)
-    return samples.astype(np.float32)
+    return samples, src_rate
 
 
 def decode_image(url: str, where: str) -> Any:
     """A ``data:image/...;base64,...`` URL → an RGB Pillow image."""
-    from PIL import Image, UnidentifiedImageError
-
     head, sep, payload = url.partition(",")
     if not (sep and head.startswith("data:image/") and head.endswith(";base64")):
         raise RequestError(
             f"{where}: only base64 'data:image/...' URLs are accepted (the server fetches nothing)",
             param=where,
         )
+    return _open_image(_b64(payload, where), where).convert("RGB")
+
+
+def _open_image(raw: bytes, where: str) -> Any:
+    """Image bytes → a loaded Pillow image (its ``format`` says which)."""
+    from PIL import Image, UnidentifiedImageError
+
     try:
-        image = Image.open(io.BytesIO(_b64(payload, where)))
+        image = Image.open(io.BytesIO(raw))
         image.load()
     except (UnidentifiedImageError, OSError, Image.DecompressionBombError) as exc:
         raise RequestError(f"{where}: not a readable image ({exc})", param=where) from None
-    return image.convert("RGB")
+    return image
+
+
+def _read(path: Path, where: str) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise RequestError(f"{where}: cannot read the file ({reason})", param=where) from None
+
+
+def audio_file_part(path: str | Path, where: str) -> dict[str, Any]:
+    """A WAV file as an ``input_audio`` content part, checked now (a RequestError naming
+    ``where``, e.g. the CLI flag and the file, if it cannot be read or is not a usable WAV)."""
+    raw = _read(Path(path), where)
+    read_wav(raw, where)
+    data = base64.b64encode(raw).decode()
+    return {"type": "input_audio", "input_audio": {"data": data, "format": "wav"}}
+
+
+def image_file_part(path: str | Path, where: str) -> dict[str, Any]:
+    """An image file (any format Pillow reads) as an ``image_url`` part with a base64 data URL of
+    its type, checked now (a RequestError naming ``where``)."""
+    raw = _read(Path(path), where)
+    kind = (_open_image(raw, where).format or "png").lower()
+    url = f"data:image/{kind};base64,{base64.b64encode(raw).decode()}"
+    return {"type": "image_url", "image_url": {"url": url}}

@@ -35,6 +35,19 @@ def pcm16(samples: Any) -> bytes:
     )
 
 
+AUDIO_FORMATS = ("wav", "pcm16")  # what :func:`audio_bytes` writes
+
+
+def audio_bytes(chunks: list[AudioChunk], fmt: str) -> bytes:
+    """Audio chunks as one file of ``fmt``: ``wav`` (16-bit PCM mono WAV) or ``pcm16`` (the same
+    samples raw: little-endian 16-bit mono at the chunks' rate, no header)."""
+    if fmt == "wav":
+        return wav_bytes(chunks)
+    if fmt == "pcm16":
+        return b"".join(pcm16(c.samples) for c in chunks)
+    raise ValueError(f"audio format {fmt!r}: one of {', '.join(AUDIO_FORMATS)}")
+
+
 def wav_bytes(chunks: list[AudioChunk]) -> bytes:
     """Audio chunks as one 16-bit PCM mono WAV file."""
     if not chunks:

@@ -80,6 +80,11 @@ class SamplingParams(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_un
     def merged(self, overrides: dict[str, Any]) -> SamplingParams:
         return msgspec.structs.replace(self, **overrides)
 
+    def with_extra(self, extra: dict[str, Any]) -> SamplingParams:
+        """A copy whose ``extra`` is this one's with ``extra``'s keys over it (e.g. a request's
+        ``{"voice": "Ethan"}`` over a stage's pipeline defaults)."""
+        return msgspec.structs.replace(self, extra={**self.extra, **extra})
+
 
 def _problem(where: str, data: Any, message: str) -> tuple[str, str | None]:
     """msgspec's "Expected `float` <= 2.0 - at `$.temperature`" → one line naming the field and

@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any, Self
 
 from omni_core.chat import (
     ChatOptions,
-    PlainRenderer,
     PromptRenderer,
     RenderedPrompt,
     parse_messages,
+    pipeline_renderer,
 )
 from omni_core.config.resolve import ResolvedPipeline, resolve_pipeline
 from omni_core.config.settings import OmniSettings
@@ -122,11 +122,7 @@ class OmniEngineBase:
     @functools.cached_property
     def prompt_renderer(self) -> PromptRenderer:
         """How the first stage renders chats and counts prompt tokens (built on first use)."""
-        first = self.pipeline.stages[min(self.pipeline.stages)]
-        if first.kind.renderer is None:
-            return PlainRenderer(first.name)
-        renderer: PromptRenderer = first.kind.renderer(first.config, first.args, self.settings)
-        return renderer
+        return pipeline_renderer(self.pipeline, self.settings)
 
     def render_chat(self, messages: Any, options: ChatOptions | None = None) -> RenderedPrompt:
         """OpenAI-style messages → the first stage's prompt, rendered by its chat template and
@@ -178,6 +174,25 @@ class OmniEngineBase:
             else:
                 raise RequestError(f"{where} must be SamplingParams or a mapping")
         return params
+
+    def request_params(
+        self,
+        sampling_params: SamplingParams | dict[str, Any] | None = None,
+        *,
+        extra: dict[str, Any] | None = None,
+    ) -> dict[str, SamplingParams]:
+        """Every stage's params by stage name (what ``generate(sampling_params=...)`` takes), as
+        :meth:`stage_params` resolves ``sampling_params``, with request-level ``extra`` fields
+        merged into each stage's ``params.extra`` (the request's keys win). The request-level
+        fields of omni-core: ``voice`` (the speaker of the stages that synthesize speech; others
+        ignore it). Raises RequestError."""
+        if extra is not None and not isinstance(extra, dict):
+            raise RequestError(f"extra must be a mapping, not {type(extra).__name__}")
+        names = {sid: stage.name for sid, stage in self.pipeline.stages.items()}
+        return {
+            names[sid]: params.with_extra(extra) if extra else params
+            for sid, params in self.stage_params(sampling_params).items()
+        }
 
     def _check_n(self, params: SamplingParams, where: str) -> SamplingParams:
         if params.n > self.settings.max_n:

@@ -31,7 +31,7 @@ from omni_core.serve.protocol import (
     decode_json,
     parse_body,
 )
-from omni_core.serve.responses import chat_response, completion_response, gather
+from omni_core.serve.responses import AudioReply, chat_response, completion_response, gather
 
 
 class Admission:
@@ -117,13 +117,35 @@ def create_app(
                 code="unsupported_endpoint",
             )
 
-    def stage_params(overrides: dict[str, Any]) -> Any:
-        """The request's fields over the first stage's pipeline defaults, validated now."""
-        if not overrides:
+    def stage_params(overrides: dict[str, Any], extra: dict[str, Any] | None = None) -> Any:
+        """The request's fields over the first stage's pipeline defaults, and its request-level
+        ``extra`` (the voice) in every stage's params, validated now."""
+        if not overrides and not extra:
             return None
-        params = {first_stage.name: {**first_stage.config.sampling_params, **overrides}}
+        params = None
+        if overrides:
+            params = {first_stage.name: {**first_stage.config.sampling_params, **overrides}}
+        if extra:
+            return engine.request_params(params, extra=extra)
         engine.stage_params(params)  # RequestError (a 400) before anything starts
         return params
+
+    def check_modalities(modalities: list[str]) -> None:
+        """Every modality asked for is some final stage's output type, else a 400 saying why."""
+        missing = [m for m in modalities if m not in offered]
+        if missing:
+            finals = ", ".join(
+                f"'{s.name}' ({s.config.final_output_type})"
+                for s in stages.values()
+                if s.config.final_output
+            )
+            raise ApiError(
+                400,
+                f"modalities {modalities!r}: model '{model_id}' cannot produce "
+                f"{' or '.join(missing)}: no final stage of the pipeline outputs it (final "
+                f"stages: {finals})",
+                param="modalities",
+            )
 
     async def body_of(request: Request) -> dict[str, Any]:
         return decode_json(await request.body(), settings.max_json_depth)
@@ -152,19 +174,15 @@ def create_app(
         body = parse_body(ChatCompletionRequest, await body_of(request))
         check_model(body.model)
         assert renderer is not None
-        modalities = list(body.modalities or ["text"])
-        if not set(modalities) <= offered:
-            missing = sorted(set(modalities) - offered)
-            raise ApiError(
-                400,
-                f"modalities {modalities!r}: model '{model_id}' cannot produce {missing} "
-                f"(it offers {sorted(offered)})",
-                param="modalities",
-            )
+        modalities = list(dict.fromkeys(body.modalities or ["text"]))
+        check_modalities(modalities)
         rendered = renderer.render_chat(body.messages, body.chat_options())
-        params = stage_params(body.overrides())
+        params = stage_params(body.overrides(), body.request_extra())
         top = body.num_logprobs()
-        run = Run(request, engine, admission, rendered, params, modalities)
+        reply = AudioReply.of(modalities, body.audio.format if body.audio else "wav")
+        # audio alone still runs the text stage: its text is the audio's transcript
+        wanted = [*modalities, "text"] if reply.audio and "text" in offered else modalities
+        run = Run(request, engine, admission, rendered, params, list(dict.fromkeys(wanted)))
         if body.stream:
             first = await run.start()
             chunks = streams.chat_chunks(
@@ -175,6 +193,7 @@ def create_app(
                 decode=renderer.decode,
                 usage_prompt=(rendered.num_tokens or 0) if body.include_usage else None,
                 on_done=metrics.count_usage,
+                reply=reply,
             )
             return StreamingResponse(run.sse(chunks), media_type="text/event-stream")
         outputs = await run.collect()
@@ -183,7 +202,7 @@ def create_app(
             choices,
             model=model_id,
             prompt_tokens=rendered.num_tokens or 0,
-            modalities=modalities,
+            reply=reply,
             top_logprobs=top,
             decode=renderer.decode,
         )

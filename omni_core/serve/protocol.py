@@ -62,7 +62,14 @@ class StreamOptions(_Body):
 
 
 class AudioOptions(_Body):
-    voice: str
+    """OpenAI's ``audio`` output parameters. ``voice`` reaches every stage as
+    ``params.extra["voice"]``: the stages that synthesize speech use it (an unknown voice is
+    theirs to refuse, a 400), the others ignore it. ``format``: ``wav`` (whole responses: one WAV
+    file) or ``pcm16`` (raw 16-bit mono samples at the pipeline's rate); streamed audio is always
+    pcm16 pieces, as OpenAI streams it. Other formats OpenAI names (mp3, flac, opus, aac) are a
+    400."""
+
+    voice: str = Field(min_length=1)
     format: Literal["wav", "pcm16"] = "wav"
 
 
@@ -148,6 +155,13 @@ class ChatCompletionRequest(_Sampling):
 
     @model_validator(mode="after")
     def _checks(self) -> ChatCompletionRequest:
+        if self.audio is not None and "audio" not in (self.modalities or ()):
+            raise ApiError(
+                400,
+                "'audio' is only allowed when 'modalities' includes \"audio\" (it asks for "
+                f"{list(self.modalities or ['text'])})",
+                param="audio",
+            )
         if self.top_logprobs is not None and not self.logprobs:
             raise ApiError(400, "'top_logprobs' needs 'logprobs': true", param="top_logprobs")
         if self.response_format is not None and self.response_format.get("type") != "text":
@@ -161,6 +175,10 @@ class ChatCompletionRequest(_Sampling):
 
     def num_logprobs(self) -> int | None:
         return (self.top_logprobs or 0) if self.logprobs else None
+
+    def request_extra(self) -> dict[str, Any] | None:
+        """Request-level fields for every stage's ``params.extra`` (the ``voice``)."""
+        return {"voice": self.audio.voice} if self.audio is not None else None
 
     def chat_options(self) -> ChatOptions:
         return ChatOptions(

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from omni_core.media import AudioChunk, wav_bytes
+from omni_core.media import AudioChunk, audio_bytes
 from omni_core.outputs import OmniRequestOutput
 
 FINGERPRINT = "omni-core"
@@ -125,6 +125,35 @@ class Choice:
                 self.finish_reason = out.finish_reason
 
 
+@dataclass(frozen=True, slots=True)
+class AudioReply:
+    """What a chat answer carries: ``text`` (``message.content``) and/or ``audio``
+    (``message.audio``, its data in ``format``: a whole file, or pcm16 pieces when streamed)."""
+
+    text: bool = True
+    audio: bool = False
+    format: str = "wav"
+    expires_s: int = 3600  # ``expires_at``: nothing is stored, it only tells clients a horizon
+
+    @classmethod
+    def of(cls, modalities: list[str], fmt: str = "wav") -> AudioReply:
+        return cls(text="text" in modalities, audio="audio" in modalities, format=fmt)
+
+    def message_audio(self, choice: Choice) -> dict[str, Any] | None:
+        """OpenAI's ``message.audio`` of a whole response (None when no audio was produced)."""
+        if not self.audio or not choice.audio:
+            return None
+        return {
+            "id": new_id("audio"),
+            "data": base64.b64encode(audio_bytes(choice.audio, self.format)).decode(),
+            "expires_at": self.expires_at(),
+            "transcript": choice.text,
+        }
+
+    def expires_at(self) -> int:
+        return int(time.time()) + self.expires_s
+
+
 def gather(outputs: Iterable[OmniRequestOutput], n: int) -> list[Choice]:
     choices = [Choice() for _ in range(n)]
     for out in outputs:
@@ -155,7 +184,7 @@ def chat_response(
     *,
     model: str,
     prompt_tokens: int,
-    modalities: list[str],
+    reply: AudioReply,
     top_logprobs: int | None,
     decode: Callable[[list[int]], str],
 ) -> dict[str, Any]:
@@ -163,22 +192,13 @@ def chat_response(
     for index, choice in enumerate(choices):
         message: dict[str, Any] = {
             "role": "assistant",
-            "content": choice.text,
+            "content": choice.text if reply.text else None,
             "refusal": None,
             "annotations": None,
-            "audio": None,
+            "audio": reply.message_audio(choice),
             "function_call": None,
             "reasoning": None,
         }
-        if "audio" in modalities and choice.audio:
-            message["audio"] = {
-                "id": new_id("audio"),
-                "data": base64.b64encode(wav_bytes(choice.audio)).decode(),
-                "transcript": choice.text,
-                "expires_at": int(time.time()) + 3600,
-            }
-            if "text" not in modalities:
-                message["content"] = None
         logprobs = None
         if top_logprobs is not None:
             steps = choice.logprobs

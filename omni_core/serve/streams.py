@@ -18,6 +18,7 @@ from omni_core.outputs import OmniRequestOutput
 from omni_core.serve.errors import ApiError
 from omni_core.serve.responses import (
     FINGERPRINT,
+    AudioReply,
     Choice,
     chat_logprobs,
     completion_logprobs,
@@ -95,8 +96,22 @@ async def chat_chunks(
     decode: Decode,
     usage_prompt: int | None,
     on_done: Callable[[dict[str, Any]], None] | None = None,
+    reply: AudioReply | None = None,
 ) -> AsyncIterator[str]:
+    """Chat chunks. With audio asked for (``reply.audio``), each choice's ``delta.audio`` pieces
+    carry one audio ``id`` and, as the stages produce them, base64 pcm16 ``data`` (the audio
+    stage's chunks) and ``transcript`` (the text stage's deltas, also in ``content`` when text is
+    asked for too); every piece has all three (``""`` where it adds nothing), so concatenating
+    them never meets a null. A last piece per choice carries ``expires_at``, before the closing
+    chunks."""
+    reply = reply or AudioReply()
     c = _Chunks("chatcmpl", "chat.completion.chunk", model, n)
+    audio_ids = [new_id("audio") for _ in range(n)] if reply.audio else []
+    spoke = [False] * n  # an audio piece went out for the choice
+
+    def audio(index: int, data: str = "", transcript: str = "", **more: Any) -> dict[str, Any]:
+        return {"id": audio_ids[index], "data": data, "transcript": transcript, **more}
+
     for index in range(n):
         role = {"index": index, "delta": {"role": "assistant", "content": ""}}
         yield c.chunk(
@@ -109,18 +124,29 @@ async def chat_chunks(
             continue
         choice = c.choices[out.index]
         choice.add(out)
-        delta: dict[str, Any] | None = None
+        delta: dict[str, Any] = {}
         logprobs = None
         if out.output_type == "text" and (out.text or out.token_ids):
-            delta = {"content": out.text}
-            if top_logprobs is not None:
-                steps = list(out.logprobs or ())
-                logprobs = {"content": chat_logprobs(out.token_ids, steps, top_logprobs, decode)}
-        elif isinstance(out.payload, AudioChunk):
+            if reply.text:
+                delta["content"] = out.text
+                if top_logprobs is not None:
+                    steps = list(out.logprobs or ())
+                    logprobs = {
+                        "content": chat_logprobs(out.token_ids, steps, top_logprobs, decode)
+                    }
+            if reply.audio:
+                delta["audio"] = audio(out.index, transcript=out.text)
+        elif isinstance(out.payload, AudioChunk) and reply.audio:
             data = base64.b64encode(pcm16(out.payload.samples)).decode()
-            delta = {"audio": {"data": data, "transcript": ""}}
-        if delta is not None:
+            delta["audio"] = audio(out.index, data=data)
+        if delta:
+            spoke[out.index] = spoke[out.index] or "audio" in delta
             body = {"index": out.index, "delta": delta, "logprobs": logprobs}
+            yield c.chunk([{**body, "finish_reason": None, "token_ids": None}])
+    for index in range(n):
+        if spoke[index]:
+            last = {"audio": audio(index, expires_at=reply.expires_at())}
+            body = {"index": index, "delta": last, "logprobs": None}
             yield c.chunk([{**body, "finish_reason": None, "token_ids": None}])
     closing_extra = {} if usage_prompt is not None else {"system_fingerprint": FINGERPRINT}
     for index, choice in enumerate(c.choices):
