@@ -30,6 +30,7 @@ from omni_core.plugin import hookspec
 
 if TYPE_CHECKING:
     from omni_core.config.pipeline import PipelineConfig
+    from omni_core.config.resolve import ResolvedPipeline
     from omni_core.orchestrator.base import OrchestratorBase
     from omni_core.outputs import ErrorInfo, StageOutput
     from omni_core.plugin.types import (
@@ -133,6 +134,26 @@ def omni_register_benchmarks() -> Iterable[Benchmark]:
     """Provide benchmarks run by ``omni bench NAME`` (only when named). Fires when ``omni bench``
     runs. Merged; a name taken by a built-in benchmark or provided twice conflicts."""
     return ()
+
+
+# --------------------------------------------------------------------------------------------
+# Which pipelines a plugin takes part in (engine start, caller's thread)
+# --------------------------------------------------------------------------------------------
+
+
+@hookspec
+def omni_applies_to(pipeline: ResolvedPipeline) -> bool | None:
+    """Say whether this plugin takes part in ``pipeline``'s requests (its per-pipeline hooks:
+    admission, output interception, forward gates, abort expansion, background tasks, shutdown
+    work and the observers below).
+
+    Asked once per engine start, for each plugin implementing it on its own (through a subset
+    hook caller), only when the pipeline does not already use the plugin (``requires_plugins``,
+    a config section, stage kind, bridge or engine kind it registered). True: it takes part;
+    False or None: it does not. A plugin without this hook that registers nothing a pipeline
+    can use takes part in every pipeline. ``pipeline`` is read-only (``config``, ``stages``,
+    ``sections``). See :mod:`omni_core.plugin.scope`.
+    """
 
 
 # --------------------------------------------------------------------------------------------

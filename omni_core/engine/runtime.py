@@ -23,6 +23,7 @@ from omni_core.stage.runtime import StageRuntime
 if TYPE_CHECKING:
     from omni_core.config.resolve import ResolvedPipeline
     from omni_core.orchestrator.base import OrchestratorBase
+    from omni_core.plugin.hooks import PluginHost
 
 logger = logging.getLogger(__name__)
 
@@ -30,10 +31,11 @@ OrchestratorFactory = Callable[..., "OrchestratorBase"]
 
 
 class EngineRuntime:
-    def __init__(self, pipeline: ResolvedPipeline, settings: Any, hooks: Any) -> None:
+    def __init__(self, pipeline: ResolvedPipeline, settings: Any, hooks: PluginHost) -> None:
         self.pipeline = pipeline
         self.settings = settings
-        self.hooks = hooks
+        # the orchestrator's hooks: only the plugins taking part in this pipeline
+        self.hooks = hooks.for_pipeline(pipeline)
         self.inbox = RequestInbox(settings.request_queue_size)
         self.router = RpcRouter()
         self.streams: dict[str, RequestStream] = {}

@@ -7,6 +7,8 @@ plugins behind results and errors come from :mod:`omni_core.plugin.manager`'s im
 
 from __future__ import annotations
 
+import copy
+import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -29,11 +31,13 @@ from omni_core.plugin.types import (
 if TYPE_CHECKING:
     from pluggy import HookCaller
 
+    from omni_core.config.resolve import ResolvedPipeline
     from omni_core.config.settings import OmniSettings
     from omni_core.outputs import ErrorInfo, StageOutput
     from omni_core.plugin.manager import OmniPluginManager
 
 T = TypeVar("T")
+logger = logging.getLogger(__name__)
 __all__ = ["OBSERVERS", "PluginHost"]
 
 
@@ -46,6 +50,10 @@ class PluginHost:
         self.pm = pm
         self.settings = settings or OmniSettings()
         self._registry: dict[str, dict[str, tuple[str, Any]]] = {}
+        # Set on a pipeline's host (:meth:`for_pipeline`): plugin name -> why it takes part, and
+        # the subset hook callers of the per-pipeline hooks. None / empty: every plugin.
+        self.active: dict[str, str] | None = None
+        self._callers: dict[str, HookCaller] = {}
         self._refresh()
 
     def register(self, plugin: Any, name: str) -> None:
@@ -53,18 +61,23 @@ class PluginHost:
         is built with this host."""
         from omni_core.plugin.manager import _register, check_pending
 
+        if self.active is not None:
+            raise PluginError(
+                f"plugin '{name}': register plugins on the engine's host before the engine starts, "
+                "not on a pipeline's host"
+            )
         _register(self.pm, plugin, name, f"plugin '{name}'")
         check_pending(self.pm)
         self._registry.clear()
         self._refresh()
 
     def _refresh(self) -> None:
-        pm = self.pm
-        # Hot-path hooks: checked once whether anyone implements them.
-        self.has_output_observers = bool(pm.hook.omni_stage_output.get_hookimpls())
-        self.has_output_interceptors = bool(pm.hook.omni_intercept_stage_output.get_hookimpls())
-        self.has_forward_gates = bool(pm.hook.omni_forward_gate.get_hookimpls())
-        self.has_admission = bool(pm.hook.omni_admit_request.get_hookimpls())
+        hook = self._hook
+        # Hot-path hooks: checked once whether anyone (taking part) implements them.
+        self.has_output_observers = bool(hook("omni_stage_output").get_hookimpls())
+        self.has_output_interceptors = bool(hook("omni_intercept_stage_output").get_hookimpls())
+        self.has_forward_gates = bool(hook("omni_forward_gate").get_hookimpls())
+        self.has_admission = bool(hook("omni_admit_request").get_hookimpls())
         # Observers fire on every request (and every output): their hook callers, or None when
         # no plugin implements the hook (then a notification costs one attribute test).
         self._on_admitted = self._implemented("omni_request_admitted")
@@ -73,8 +86,35 @@ class PluginHost:
         self._on_terminal = self._implemented("omni_request_terminal")
 
     def _implemented(self, hook_name: str) -> HookCaller | None:
-        caller: HookCaller = getattr(self.pm.hook, hook_name)
+        caller = self._hook(hook_name)
         return caller if caller.get_hookimpls() else None
+
+    def _hook(self, hook_name: str) -> HookCaller:
+        """pluggy's hook caller: this pipeline's subset caller for a per-pipeline hook."""
+        caller = self._callers.get(hook_name)
+        if caller is None:
+            caller = getattr(self.pm.hook, hook_name)
+        return caller
+
+    def for_pipeline(self, pipeline: ResolvedPipeline) -> PluginHost:
+        """The host an engine's orchestrator uses: the same registrations, and per-pipeline hooks
+        (:data:`~omni_core.plugin.scope.PER_PIPELINE_HOOKS`) that call only the plugins taking
+        part in ``pipeline`` (:func:`~omni_core.plugin.scope.active_plugins`), through pluggy's
+        ``subset_hook_caller``. Computed once, when the engine starts."""
+        from omni_core.plugin.scope import PER_PIPELINE_HOOKS, active_plugins
+
+        active = active_plugins(self, pipeline)
+        inactive = [p for n, p in self.pm.list_name_plugin() if p is not None and n not in active]
+        scoped = copy.copy(self)  # shares the manager, settings and registry cache
+        scoped.active = active
+        scoped._callers = {
+            name: self.pm.subset_hook_caller(name, inactive) for name in PER_PIPELINE_HOOKS
+        }
+        scoped._refresh()
+        logger.debug(
+            "pipeline '%s': plugins taking part: %s", pipeline.config.name, active or "none"
+        )
+        return scoped
 
     @classmethod
     def create(cls, settings: OmniSettings | None = None, **kwargs: Any) -> PluginHost:
@@ -93,8 +133,13 @@ class PluginHost:
         An exception raised by an impl propagates with the plugin's name in its notes.
         """
         with collecting() as owner:
-            results = getattr(self.pm.hook, hook_name)(**kwargs)
+            results = self._hook(hook_name)(**kwargs)
             return [(owner(result) or "<hook wrapper>", result) for result in results]
+
+    def registered(self, hook_name: str, expected: type[T]) -> dict[str, tuple[str, T]]:
+        """A registration hook's items by name: ``name -> (plugin, item)`` (cached; raises on a
+        wrong type or a name provided twice)."""
+        return self._registered(hook_name, expected)
 
     def _registered(self, hook_name: str, expected: type[T]) -> dict[str, tuple[str, T]]:
         if hook_name in self._registry:
@@ -199,7 +244,7 @@ class PluginHost:
         self, request_id: str, stage_id: int, output: StageOutput, orchestrator: Any
     ) -> bool:
         return bool(
-            self.pm.hook.omni_intercept_stage_output(
+            self._hook("omni_intercept_stage_output")(
                 request_id=request_id, stage_id=stage_id, output=output, orchestrator=orchestrator
             )
         )
@@ -214,7 +259,7 @@ class PluginHost:
 
     def expand_abort(self, request_ids: list[str], orchestrator: Any) -> list[str]:
         extra: list[str] = []
-        for ids in self.pm.hook.omni_expand_abort(
+        for ids in self._hook("omni_expand_abort")(
             request_ids=request_ids, orchestrator=orchestrator
         ):
             extra.extend(ids or ())
@@ -222,12 +267,13 @@ class PluginHost:
 
     def background_tasks(self, orchestrator: Any) -> list[Callable[[], Awaitable[None]]]:
         tasks: list[Callable[[], Awaitable[None]]] = []
-        for factories in self.pm.hook.omni_background_tasks(orchestrator=orchestrator):
+        for factories in self._hook("omni_background_tasks")(orchestrator=orchestrator):
             tasks.extend(factories or ())
         return tasks
 
     def shutdown_extensions(self, orchestrator: Any) -> list[Callable[[], Awaitable[None]]]:
-        return [f for f in self.pm.hook.omni_shutdown(orchestrator=orchestrator) if f is not None]
+        shutdown = self._hook("omni_shutdown")
+        return [f for f in shutdown(orchestrator=orchestrator) if f is not None]
 
     # --- observers --------------------------------------------------------------------------------
     # Each is a no-op (no call, no kwargs) when no plugin implements the hook; otherwise one

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from omni_core.orchestrator.base import OrchestratorBase
     from omni_core.outputs import ErrorInfo, StageOutput
     from omni_core.sampling import SamplingParams
+    from omni_core.views import PipelineView
 
 OMNI_PLUGIN_API_VERSION = 1
 
@@ -75,6 +76,14 @@ def _load_tiny_image_cfg() -> PipelineConfig:
 @hookimpl
 def omni_register_pipelines() -> Iterable[PipelineSpec]:
     return [PipelineSpec("tiny-image-cfg", _load_tiny_image_cfg, "tiny-image, guided (omni-cfg)")]
+
+
+# --- which pipelines it takes part in ----------------------------------------------------------
+@hookimpl
+def omni_applies_to(pipeline: PipelineView) -> bool:
+    # Asked only for pipelines without a cfg: section (those use the plugin anyway): guided by
+    # default when they have one diffusion stage with one on_finish input.
+    return guided_target(pipeline.config, None, strict=False) is not None
 
 
 # --- request lifecycle ------------------------------------------------------------------------
