@@ -22,14 +22,14 @@ if TYPE_CHECKING:
 
 
 def register(app: typer.Typer, state: CliState) -> None:
-    from omni_core.cli.app import fail
+    from omni_core.cli.app import BAD_INPUT, fail
 
     @app.command("run")
     def run(
         pipeline: Annotated[
             str, typer.Argument(help="Pipeline YAML file or registered name.")
         ] = "tiny-omni",
-        prompt: Annotated[
+        prompt_text: Annotated[
             str, typer.Option("--prompt", "-p", help="The prompt text.")
         ] = "Hello omni world",
         system: Annotated[
@@ -57,6 +57,30 @@ def register(app: typer.Typer, state: CliState) -> None:
         modality: Annotated[
             list[str] | None, typer.Option("--modality", help="Final outputs wanted (repeat).")
         ] = None,
+        audio: Annotated[
+            Path | None,
+            typer.Option(
+                "--audio",
+                help="A WAV file sent with the prompt (an input_audio part; the first stage must "
+                "take audio).",
+            ),
+        ] = None,
+        image: Annotated[
+            Path | None,
+            typer.Option(
+                "--image",
+                help="An image file sent with the prompt (an image_url part; the first stage "
+                "must take images).",
+            ),
+        ] = None,
+        voice: Annotated[
+            str | None,
+            typer.Option(
+                "--voice",
+                help="The voice of the stages that synthesize speech (params.extra['voice'] of "
+                "every stage); the pipeline must produce audio.",
+            ),
+        ] = None,
         runtime: Annotated[
             Literal["local", "ray"] | None,
             typer.Option(help="Stage runtime: 'local' or 'ray' (default: the pipeline's)."),
@@ -64,7 +88,7 @@ def register(app: typer.Typer, state: CliState) -> None:
     ) -> None:
         """Run one prompt through a pipeline, streaming its outputs."""
         from omni_core.cli.app import require_pipeline_extras
-        from omni_core.config.resolve import load_pipeline
+        from omni_core.config.resolve import load_pipeline, resolve_pipeline
         from omni_core.engine.factory import create_engine
 
         overrides: dict[str, Any] = {}
@@ -76,41 +100,51 @@ def register(app: typer.Typer, state: CliState) -> None:
             overrides["temperature"] = temperature
         try:
             check_overrides(overrides)  # before any stage starts
+            media = media_parts(audio, image, raw)  # files read and checked before anything else
             target: Any = Path(pipeline) if is_existing_path(pipeline) else pipeline
             config = load_pipeline(target, state.host)
             if runtime is not None:
                 config = with_runtime(config, runtime, state.host)
+            check_voice(voice, config)
             # a missing extra is named before any stage starts
             require_pipeline_extras(config, runtime and f"omni run --runtime {runtime}")
+            resolved = resolve_pipeline(config, state.host)
+            prompt: Any = prompt_text
+            if not raw:  # rendered now: a prompt the first stage cannot take starts no stage
+                prompt = render(resolved, state.settings, prompt_text, system, media).prompt
+            elif system:
+                raise RequestError("--system needs the chat template (drop --raw)")
             engine = create_engine(config, settings=state.settings, plugins=state.host)
         except Exception as exc:
             raise fail(state, exc) from None
         try:
             params = None
-            if overrides:
-                params = {
-                    name: SamplingParams.from_mapping(
-                        {**engine.pipeline.stages[sid].config.sampling_params, **overrides}
-                    )
-                    for sid, name in (
-                        (s, engine.pipeline.stages[s].name) for s in engine.pipeline.stages
-                    )
-                }
-            request: dict[str, Any] = {"prompt": prompt}
-            if not raw:
-                system_message = [{"role": "system", "content": system}] if system else []
-                request = {"messages": [*system_message, {"role": "user", "content": prompt}]}
-            elif system:
-                raise RequestError("--system needs the chat template (drop --raw)")
-            outputs = asyncio.run(_stream(engine, request, params, modality))
+            if overrides or voice is not None:
+                params = engine.request_params(
+                    {
+                        stage.name: {**stage.config.sampling_params, **overrides}
+                        for stage in engine.pipeline.stages.values()
+                    },
+                    extra={"voice": voice} if voice is not None else None,
+                )
+            outputs = asyncio.run(_stream(engine, prompt, params, modality))
         except Exception as exc:
             raise fail(state, exc) from None
         finally:
             engine.shutdown()
         _summary(outputs)
         _write_media(outputs, output_dir)
-        if outputs and outputs[-1].finish_reason in ("error", "abort", "timeout"):
+        final = outputs[-1] if outputs else None
+        if final is not None and final.error is not None and _refused(final):
+            print(f"error: {final.error.message}", file=sys.stderr)  # a stage refused the input
+            raise typer.Exit(BAD_INPUT)
+        if final is not None and final.finish_reason in ("error", "abort", "timeout"):
             raise typer.Exit(1)
+
+
+def _refused(final: OmniRequestOutput) -> bool:
+    """The request failed for its own input (a 4xx: an unknown voice, a prompt too long...)."""
+    return final.error is not None and 400 <= final.error.status_code < 500
 
 
 def check_overrides(overrides: dict[str, Any]) -> None:
@@ -132,8 +166,70 @@ def with_runtime(target: Any, runtime: str, host: Any) -> Any:
     return PipelineConfig.from_dict({**data, "runtime": runtime}, source=config.source)
 
 
+INPUTS = {"text": "text", "input_audio": "audio", "image_url": "images"}  # by content part type
+
+
+def media_parts(audio: Path | None, image: Path | None, raw: bool) -> list[tuple[str, Any]]:
+    """``--audio`` / ``--image`` files as (flag and file, chat content part), each file read and
+    checked now (a RequestError naming the flag and the file)."""
+    from omni_core.chat_media import audio_file_part, image_file_part
+
+    parts: list[tuple[str, Any]] = []
+    for flag, path, make in (
+        ("--audio", audio, audio_file_part),
+        ("--image", image, image_file_part),
+    ):
+        if path is None:
+            continue
+        where = f"{flag} {path}"
+        if raw:
+            raise RequestError(f"{where}: media need the chat template (drop --raw)")
+        parts.append((where, make(path, where)))
+    return parts
+
+
+def check_voice(voice: str | None, config: Any) -> None:
+    """``--voice`` needs a pipeline with a final audio output (which voices exist is the
+    speaking stage's to say, when the request reaches it)."""
+    if voice is None:
+        return
+    if not voice:
+        raise RequestError("--voice: the voice name is empty")
+    finals = [s for s in config.stages if s.final_output]
+    if not any(s.final_output_type == "audio" for s in finals):
+        produced = ", ".join(f"'{s.name}' ({s.final_output_type})" for s in finals)
+        raise RequestError(
+            f"--voice {voice}: pipeline '{config.name}' produces no audio (final stages: "
+            f"{produced})"
+        )
+
+
+def render(
+    pipeline: Any, settings: Any, text: str, system: str | None, media: list[tuple[str, Any]]
+) -> Any:
+    """The chat (system message, then one user message: media parts, then the text) rendered by
+    the first stage's renderer, built without starting any stage. A media part the first stage
+    does not take is a RequestError naming the flag and the file."""
+    from omni_core.chat import ChatOptions, parse_messages, pipeline_renderer
+
+    renderer = pipeline_renderer(pipeline, settings)
+    for where, part in media:
+        if part["type"] not in renderer.accepts:
+            takes = " and ".join(INPUTS.get(t, t) for t in sorted(renderer.accepts))
+            raise RequestError(
+                f"{where}: pipeline '{pipeline.config.name}' cannot take {INPUTS[part['type']]}: "
+                f"its first stage '{renderer.stage_name}' takes {takes} only"
+            )
+    content: Any = text
+    if media:
+        content = [part for _, part in media] + [{"type": "text", "text": text}]
+    messages = [{"role": "system", "content": system}] if system else []
+    messages.append({"role": "user", "content": content})
+    return renderer.render_chat(parse_messages(messages), ChatOptions())
+
+
 async def _stream(
-    engine: Any, request: dict[str, Any], params: Any, modalities: list[str] | None
+    engine: Any, prompt: Any, params: Any, modalities: list[str] | None
 ) -> list[OmniRequestOutput]:
     err = Console(stderr=True)
     outputs: list[OmniRequestOutput] = []
@@ -146,8 +242,9 @@ async def _stream(
         TimeElapsedColumn(),
         console=err,
         transient=True,
+        disable=not err.is_terminal,  # a pipe gets no progress (nor its closing newline)
     ) as progress:
-        async for out in engine.generate(**request, sampling_params=params, modalities=modalities):
+        async for out in engine.generate(prompt, sampling_params=params, modalities=modalities):
             outputs.append(out)
             if out.stage_name not in tasks:
                 tasks[out.stage_name] = progress.add_task(out.stage_name, total=None)
@@ -177,7 +274,7 @@ def _summary(outputs: list[OmniRequestOutput]) -> None:
                 markup=False,
             )
     final = outputs[-1] if outputs else None
-    if final is not None and final.error is not None:
+    if final is not None and final.error is not None and not _refused(final):
         console.print(
             f"error: {final.error.type}: {final.error.message}", style="red", markup=False
         )

