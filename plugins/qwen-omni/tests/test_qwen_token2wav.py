@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from omni_qwen.token2wav import SAMPLE_RATE, Token2WavEngine, build
+from omni_qwen.token2wav import SAMPLE_RATE, Token2WavEngine, Token2WavLoadError, build
 
 from omni_core.errors import ConfigError, RequestError
 from omni_core.media import AudioChunk
@@ -145,6 +145,16 @@ def test_bad_options_are_a_config_error(tiny_qwen):
         build({"model": str(tiny_qwen), "threads": 1, "options": {"num_steps": 1}})
     with pytest.raises(ConfigError, match=r"engine_args\.options\.steps"):
         build({"model": str(tiny_qwen), "threads": 1, "options": {"steps": 4}})
+
+
+def test_a_missing_checkpoint_is_a_load_error(tmp_path):
+    with pytest.raises(Token2WavLoadError, match=r"set engine_args\.model"):
+        build({"model": None, "threads": 1, "options": {}})
+    with pytest.raises(Token2WavLoadError, match=r"'Qwen/Qwen2\.5-Omni-3B' is not a local"):
+        build({"model": "Qwen/Qwen2.5-Omni-3B", "threads": 1, "options": {}})
+    (tmp_path / "config.json").write_text('{"thinker_config": {}}')
+    with pytest.raises(Token2WavLoadError, match="has no token2wav_config"):
+        build({"model": str(tmp_path), "threads": 1, "options": {}})
 
 
 def test_unknown_voice_is_refused_in_add(engine):

@@ -58,10 +58,7 @@ from omni_core.errors import ConfigError, OmniError, RequestError
 from omni_core.outputs import StageOutput
 from omni_core.stage.worker import error_output
 
-try:  # the torch kind re-exports the base of the core's torch engines
-    from omni_core.kinds.torch_kind import TorchStageEngine
-except ImportError:
-    from omni_core.kinds.worker_base import TorchStageEngine
+from omni_core.kinds.worker_base import TorchStageEngine  # omni_core.kinds.torch_kind re-exports it
 
 logger = logging.getLogger(__name__)
 
@@ -115,11 +112,12 @@ class Token2WavEngine(TorchStageEngine):
                     for e in exc.errors()
                 ]
             ) from None
+        model_dir = _model_dir(config.get("model"))
         torch.set_num_threads(int(config.get("threads", 1)))
         self.torch = torch
         started = time.perf_counter()
-        self.model, checkpoint = load_token2wav(Path(config["model"]))
-        self.speakers: dict[str, dict[str, Any]] = load_speakers(Path(config["model"]))
+        self.model, checkpoint = load_token2wav(model_dir)
+        self.speakers: dict[str, dict[str, Any]] = load_speakers(model_dir)
         self.load_s = time.perf_counter() - started
         dit = self.model.config.dit_config
         self.max_code = dit.num_embeds  # the codec table has num_embeds + 1 rows
@@ -329,6 +327,18 @@ def load_speakers(model_dir: Path) -> dict[str, dict[str, Any]]:
         }
     except (KeyError, AttributeError, TypeError) as exc:
         raise Token2WavLoadError(f"{path}: a voice lacks cond/ref_mel tensors ({exc})") from None
+
+
+def _model_dir(model: Any) -> Path:
+    if not model:
+        raise Token2WavLoadError("token2wav needs a checkpoint: set engine_args.model")
+    path = Path(model)
+    if not path.is_dir():
+        raise Token2WavLoadError(
+            f"token2wav: engine_args.model {model!r} is not a local checkpoint directory "
+            "(a registered model name or a path; download hub checkpoints first)"
+        )
+    return path
 
 
 def _shards(model_dir: Path) -> list[Path]:
