@@ -55,10 +55,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from omni_core.errors import ConfigError, OmniError, RequestError
+from omni_core.kinds.worker_base import TorchStageEngine  # omni_core.kinds.torch_kind re-exports it
 from omni_core.outputs import StageOutput
 from omni_core.stage.worker import error_output
-
-from omni_core.kinds.worker_base import TorchStageEngine  # omni_core.kinds.torch_kind re-exports it
 
 logger = logging.getLogger(__name__)
 
