@@ -1,12 +1,12 @@
 """The token2wav stage engine (``omni_qwen.token2wav``) against transformers' token2wav.
 
-Parity: max |Δ| ≤ 1e-3 · max |reference| over the waveform. Relative to the peak because the tiny
-checkpoint's random BigVGAN outputs waveforms of amplitude ~1e-6, so an absolute 1e-3 would hold for
-any two of them; "different" means max |Δ| > 10 · 1e-3 · peak, ten times the parity tolerance (the
-tiny vocoder mutes its input: another voice moves the waveform by ~2 % of its peak, the mel by 10 %;
-another seed by ~40 %). (Observed: bitwise equal — same weights,
-same ops, same noise.) The engine is driven in-process through its WorkerEngine protocol, and once
-in a real process replica (``python -m omni_core.stage.worker`` with the engine's factory).
+Parity: max |Δ| ≤ 1e-3 · max |reference| over the waveform (observed: bitwise equal; same weights,
+ops and noise). Relative to the peak because the tiny checkpoint's random BigVGAN outputs waveforms
+peaking at ~4e-7, so an absolute 1e-3 would hold for any two of them. "Different" means
+max |Δ| > 10 · 1e-3 · peak, ten times the parity tolerance (the tiny vocoder mutes its input:
+another voice moves the waveform by ~2 % of its peak and the mel by 10 %; another seed by ~40 %).
+The engine is driven in-process through its WorkerEngine protocol, and once in a real process
+replica (``python -m omni_core.stage.worker`` with the engine's factory).
 """
 
 from __future__ import annotations
