@@ -170,6 +170,8 @@ def test_bad_codes_are_refused(engine):
         engine.add(request("b", "hello"))
     with pytest.raises(RequestError, match=r"16385 codes, more than the DiT's 16384"):
         engine.add(request("b", [1] * 16385))
+    with pytest.raises(RequestError, match=r"16385 codes"):  # a stop code after them: still
+        engine.add(request("b", [1] * 16385 + [8294]))
     assert not engine.has_work() and not engine.requests
 
 

@@ -244,7 +244,7 @@ class Token2WavEngine(TorchStageEngine):
         for i, code in enumerate(_as_codes(prompt, rid)):
             if code in self.stop_codes:
                 state.stopped = True
-                return
+                break
             if not 0 <= code <= self.max_code:
                 raise RequestError(
                     f"token2wav: request {rid!r}: codec id {code} at position "
