@@ -44,6 +44,8 @@ __all__ = [
     "build_engine",
     "input_embeddings",
     "model_runners",
+    "pooling_engine_args",
+    "pooling_params",
     "sampling_params",
     "to_prompt",
 ]
@@ -52,6 +54,27 @@ __all__ = [
 def build_engine(model: str, **engine_args: Any) -> LLMEngine:
     """A synchronous vLLM v1 engine with its engine core in this process (eager, CPU-friendly)."""
     return LLMEngine.from_engine_args(EngineArgs(model=model, **engine_args))
+
+
+def pooling_engine_args() -> dict[str, Any]:
+    """EngineArgs of a pooling stage: the pooling runner (a ``*ForCausalLM`` converted to an
+    embedding model), every prompt token's final hidden state (``token_embed`` with ``ALL``),
+    not L2-normalized (``use_activation=False``)."""
+    from vllm.config import PoolerConfig
+
+    return {
+        "runner": "pooling",
+        "convert": "embed",
+        "pooler_config": PoolerConfig(task="token_embed", pooling_type="ALL", use_activation=False),
+    }
+
+
+def pooling_params() -> Any:
+    """A pooling request's params: the ``token_embed`` task (the engine's default task is
+    ``embed``, the last token only), not normalized."""
+    from vllm.pooling_params import PoolingParams
+
+    return PoolingParams(task="token_embed", use_activation=False)
 
 
 # Our SamplingParams fields vLLM takes, with the defaults both share: left out when unchanged.

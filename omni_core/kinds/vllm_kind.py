@@ -61,6 +61,52 @@ class HiddenStatesArgs(BaseModel):
         return names
 
 
+class PoolingArgs(BaseModel):
+    """``engine_args.pooling`` of a ``vllm`` stage: run vLLM's pooling runner and emit each
+    prompt's per-token hidden states (no generation) as one output (docs/models.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    layer: str | int = Field(
+        default="final",
+        description="the layer to emit: 'final' (or -1: the final normed hidden state, "
+        "transformers' hidden_states[-1]); the output names it 'final'",
+    )
+    template: str | None = Field(
+        default=None,
+        description="a text prompt (or a chat's text) is put in place of the one '{}' in this "
+        "template before tokenizing; token-id prompts are taken as they are",
+    )
+    drop_prefix: int = Field(
+        default=0, ge=0, description="leave out the states of the first N prompt tokens"
+    )
+    max_length: int | None = Field(
+        default=None, ge=1, description="emit at most this many states (after the dropped prefix)"
+    )
+    inline_bytes: int = Field(
+        default=1 << 16,
+        ge=0,
+        description="arrays up to this size ride in the output message; larger ones go through "
+        "the data plane (shared memory locally, the object store on Ray)",
+    )
+
+    @field_validator("layer")
+    @classmethod
+    def _final_only(cls, layer: str | int) -> str:
+        if HIDDEN_LAYERS.get(layer) != "final":
+            raise ValueError(
+                f"layer {layer!r}: vLLM's pooling runner gives the final layer only ('final' or -1)"
+            )
+        return "final"
+
+    @field_validator("template")
+    @classmethod
+    def _one_slot(cls, template: str | None) -> str | None:
+        if template is not None and template.count("{}") != 1:
+            raise ValueError("template must hold exactly one '{}' (where the prompt goes)")
+        return template
+
+
 class VllmArgs(BaseModel):
     """``engine_args`` of a ``vllm`` stage; ``engine`` passes anything else to vLLM's EngineArgs."""
 
@@ -69,6 +115,11 @@ class VllmArgs(BaseModel):
     model: str = Field(
         description="a registered model's name (omni models list: tiny-thinker, a plugin's), "
         "built on first use; else a local path or a hub id"
+    )
+    subfolder: str | None = Field(
+        default=None,
+        description="load this folder of the model's directory (a registered or local model), "
+        "e.g. a diffusers pipeline's exported text encoder",
     )
     threads: int = Field(default=1, ge=1, description="OpenMP/torch threads of this replica")
     max_model_len: int = Field(default=512, description="longest prompt + output, in tokens")
@@ -108,6 +159,12 @@ class VllmArgs(BaseModel):
         "inline_bytes: 65536}; layers 'embeddings' (or 0) and 'final' (or -1); turns prefix "
         "caching off; not with streamed input (docs/models.md)",
     )
+    pooling: PoolingArgs | None = Field(
+        default=None,
+        description="a pooling stage: no generation; each prompt's per-token final hidden "
+        "states as one output: {template: '...{}...', drop_prefix: N, max_length: M} "
+        "(docs/models.md)",
+    )
 
     @model_validator(mode="after")
     def _no_prefix_caching_with_hidden_states(self) -> VllmArgs:
@@ -115,6 +172,11 @@ class VllmArgs(BaseModel):
             raise ValueError(
                 "hidden_states needs every prompt position computed: set "
                 "engine.enable_prefix_caching to false (or leave it out)"
+            )
+        if self.pooling is not None and self.hidden_states is not None:
+            raise ValueError(
+                "pooling and hidden_states exclude each other: a pooling stage emits its "
+                "prompt's final states itself"
             )
         return self
 
@@ -172,10 +234,15 @@ def engine_process_client(
 
 def vllm_renderer(stage: Any, args: VllmArgs, settings: Any) -> TokenizerRenderer:
     """The stage's tokenizer (vLLM's ``tokenizer`` engine arg, else the model's) renders chats."""
-    from omni_core.models import resolve_model
 
-    model = resolve_model(args.model, settings.cache_dir)
+    model = model_dir(args, settings.cache_dir)
     tokenizer = args.engine.get("tokenizer") or model
+    if args.pooling is not None:
+        from omni_core.kinds.vllm_pooling import PoolingRenderer
+
+        return PoolingRenderer(
+            stage.name, tokenizer, args.pooling.template, max_model_len=args.max_model_len
+        )
     return TokenizerRenderer(
         stage.name,
         tokenizer,
@@ -186,15 +253,29 @@ def vllm_renderer(stage: Any, args: VllmArgs, settings: Any) -> TokenizerRendere
     )
 
 
-def make_vllm_client(stage: Any, replica: int, context: StageContext) -> ProcessStageClient:
+def model_dir(args: VllmArgs, cache_dir: Any) -> str:
+    """The model vLLM loads: ``args.model`` resolved (a registered model is built), then its
+    ``subfolder`` (which must exist)."""
+    from omni_core.errors import ConfigError
     from omni_core.models import resolve_model
 
+    model = resolve_model(args.model, cache_dir)
+    if args.subfolder is None:
+        return model
+    path = Path(model) / args.subfolder
+    if not path.is_dir():
+        raise ConfigError([f"engine_args.subfolder: {path} is no directory"])
+    return str(path)
+
+
+def make_vllm_client(stage: Any, replica: int, context: StageContext) -> ProcessStageClient:
     args = VllmArgs.model_validate(stage.engine_args)
-    if not stage.final_output:
+    if not stage.final_output or args.pooling is not None:
         args = args.model_copy(update={"request_output_payload": False})
-    model = resolve_model(args.model, context.settings.cache_dir)
+    model = model_dir(args, context.settings.cache_dir)
+    pooling = args.pooling is not None
     config = {
-        "factory": "omni_core.kinds.vllm_worker:build",
+        "factory": f"omni_core.kinds.{'vllm_pooling' if pooling else 'vllm_worker'}:build",
         "model": model,
         "args": args.model_dump(),
         "stage_name": stage.name,

@@ -19,6 +19,7 @@ OMNI_PLUGIN_API_VERSION = PLUGIN_API_VERSION
 @hookimpl
 def omni_register_stage_kinds() -> Iterable[StageKind]:
     from omni_core.kinds.diffusion import DiffusionArgs, make_diffusion_client
+    from omni_core.kinds.torch_kind import TorchArgs, make_torch_client
     from omni_core.kinds.vllm_kind import VllmArgs, make_vllm_client, vllm_renderer
     from omni_core.kinds.vocoder import VocoderArgs, make_vocoder_client
     from omni_core.stage.python_kind import PythonStageArgs, make_python_client
@@ -44,6 +45,12 @@ def omni_register_stage_kinds() -> Iterable[StageKind]:
             DiffusionArgs,
             "denoising loop over a torch model (weighted conditionings)",
             output_mode="whole",
+        ),
+        StageKind(
+            "torch",
+            make_torch_client,
+            TorchArgs,
+            "a torch/transformers engine a plugin builds (engine: pkg.mod:build)",
         ),
     ]
 

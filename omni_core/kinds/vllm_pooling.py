@@ -1,0 +1,178 @@
+"""A ``vllm`` stage with ``engine_args.pooling``: vLLM's pooling runner, no generation.
+
+Each request's prompt (a text prompt put into ``pooling.template`` first; token ids as they are)
+runs one prefill through the model converted to an embedding model (``token_embed``, ``ALL``
+tokens, not normalized). Its one output carries the final normed hidden state of every prompt
+token after ``drop_prefix`` (at most ``max_length``) as ``hidden_states`` — ``HiddenStates(start=
+drop_prefix, layers={"final": float32 [rows, hidden]})``, large arrays on the data plane — and
+finishes the request. Requests are batched by vLLM's scheduler like generation requests; abort
+and request-scoped errors are the generation stage's (:mod:`omni_core.kinds.vllm_worker`).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from omni_core.chat import ChatMessage, ChatOptions, RenderedPrompt, TokenizerRenderer, check_parts
+from omni_core.errors import RequestError
+from omni_core.kinds.vllm_worker import VllmWorkerEngine
+from omni_core.outputs import HiddenStates, StageOutput
+from omni_core.stage.worker import REQUEST_ERRORS, error_output, injected_fault
+
+logger = logging.getLogger(__name__)
+
+
+def apply_template(template: str | None, prompt: Any) -> Any:
+    """A text prompt (or ``{"prompt": text}``) put into ``template``; anything else as is."""
+    if template is None:
+        return prompt
+    if isinstance(prompt, str):
+        return template.replace("{}", prompt, 1)
+    if isinstance(prompt, dict) and isinstance(prompt.get("prompt"), str):
+        return {**prompt, "prompt": template.replace("{}", prompt["prompt"], 1)}
+    return prompt
+
+
+class PoolingRenderer(TokenizerRenderer):
+    """A pooling stage's prompts stay text (the engine puts them into its template): a chat is
+    its messages' text joined by newlines, counted as the templated prompt's tokens."""
+
+    def __init__(
+        self,
+        stage_name: str,
+        tokenizer_path: str | Path,
+        template: str | None,
+        *,
+        max_model_len: int | None = None,
+    ) -> None:
+        super().__init__(stage_name, tokenizer_path, max_model_len=max_model_len)
+        self.template = template
+
+    def render_chat(self, messages: list[ChatMessage], options: ChatOptions) -> RenderedPrompt:
+        check_parts(messages, self)
+        return self.encode("\n".join(m.text() for m in messages))
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> RenderedPrompt:
+        templated = apply_template(self.template, text)
+        ids = self.tokenizer.encode(templated, add_special_tokens=add_special_tokens)
+        checked = self._checked(ids, templated, "prompt")
+        return RenderedPrompt(text, text, checked.num_tokens)
+
+
+class PoolingWorkerEngine(VllmWorkerEngine):
+    """The engine of a pooling stage's process (``rpc``, ``has_work`` as for generation)."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        import torch
+
+        args = config["args"]
+        pooling = args["pooling"]
+        torch.set_num_threads(args["threads"])  # before vLLM replaces it with a no-op
+        from omni_core.kinds import vllm_adapter as va
+        from omni_core.stage.dataplane import default_plane
+
+        self.va = va
+        self.request_errors = (*REQUEST_ERRORS, va.VLLMClientError)
+        self.fatal_errors = (va.EngineDeadError,)
+        engine_args = {**args["engine"], **va.pooling_engine_args()}
+        self.engine = va.build_engine(
+            config["model"],
+            enforce_eager=True,
+            kv_cache_memory_bytes=args["kv_cache_memory_bytes"],
+            max_model_len=args["max_model_len"],
+            max_num_seqs=args["max_num_seqs"],
+            dtype=args["dtype"],
+            seed=args["seed"],
+            disable_log_stats=True,
+            **engine_args,
+        )
+        self.max_model_len = args["max_model_len"]
+        self.template: str | None = pooling["template"]
+        self.drop = int(pooling["drop_prefix"])
+        self.max_length: int | None = pooling["max_length"]
+        self.inline = int(pooling["inline_bytes"])
+        self.plane = default_plane()
+        self.with_payload = False
+        self.hidden = None
+        self.dead = False
+        self.paused = False
+        self.streamed = {}
+        self.sub_owner = {}
+        self.ready: list[StageOutput] = []
+        self.faulty: set[str] = set()
+        self._warm_up()
+
+    def _warm_up(self) -> None:
+        """One tiny prefill at start-up, so the first request does not pay vLLM's lazy init."""
+        self.engine.add_request("omni-warm-up", self.va.to_prompt([1, 2, 3]), self._params())
+        while self.engine.has_unfinished_requests():
+            self.engine.step()
+
+    def _params(self) -> Any:
+        return self.va.pooling_params()
+
+    def add(self, request: Any) -> None:
+        rid = request.request_id
+        if request.streaming_input:
+            raise RequestError(
+                f"request {rid}: a pooling stage takes its whole prompt at once, not streamed "
+                "input (a stream edge into it)"
+            )
+        prompt = self.va.to_prompt(apply_template(self.template, request.prompt))
+        self._add_request(rid, prompt, self._params())
+        fault = injected_fault(request.params)
+        if fault == "add":
+            raise RuntimeError(f"fault injected while adding request {rid}")
+        if fault == "step":
+            self.faulty.add(rid)
+
+    def add_input(self, request_id: str, prompt: Any, final: bool) -> None:
+        return None  # no streamed requests here (refused in add)
+
+    def abort(self, request_ids: list[str]) -> None:
+        for rid in request_ids:
+            self.faulty.discard(rid)
+        self.engine.abort_request(list(request_ids))
+
+    def step(self) -> list[StageOutput]:
+        outputs, self.ready = self.ready, []
+        if self.paused or not self.engine.has_unfinished_requests():
+            return outputs
+        for ro in self.engine.step():
+            if not ro.finished:
+                continue
+            try:
+                outputs.append(self._pooled(ro))
+            except Exception as exc:  # this request's own failure: it ends, the others go on
+                outputs.append(error_output(ro.request_id, exc, self.request_errors))
+        return outputs
+
+    def _pooled(self, ro: Any) -> StageOutput:
+        rid = ro.request_id
+        if rid in self.faulty:
+            self.faulty.discard(rid)
+            raise RuntimeError(f"fault injected while stepping request {rid}")
+        if getattr(ro, "error", None) is not None:
+            raise RuntimeError(f"vLLM failed request {rid}: {ro.error}")
+        data = ro.outputs.data
+        n = int(data.shape[0])
+        end = n if self.max_length is None else min(n, self.drop + self.max_length)
+        if end <= self.drop:
+            raise RequestError(
+                f"request {rid}: the prompt is {n} tokens; this stage leaves out the first "
+                f"{self.drop} (pooling.drop_prefix), so no state is left"
+            )
+        array = data[self.drop : end].detach().float().cpu().numpy().copy()
+        layer = self.plane.put(array) if array.nbytes > self.inline else array
+        return StageOutput(
+            request_id=rid,
+            finished=True,
+            finish_reason="stop",
+            hidden_states=HiddenStates(start=self.drop, layers={"final": layer}),
+        )
+
+
+def build(config: dict[str, Any]) -> PoolingWorkerEngine:
+    return PoolingWorkerEngine(config)
