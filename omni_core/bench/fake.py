@@ -4,6 +4,9 @@ Per replica: a running set and an engine thread. One *step* emits one batch with
 every running request (the T-th token finishes it); the batch crosses a thread boundary into the
 orchestrator loop the way a real engine's output arrives; the next step happens only after the
 orchestrator took the previous batch (at most one untaken batch per replica).
+
+With ``final_only``, a request whose ``StageRequest.stream_outputs`` is False (nobody reads its
+deltas) gets one output at the end holding every token, as vLLM's ``FINAL_ONLY`` mode does.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ class FakeArgs(BaseModel):
 
     tokens: int = 16
     expect_prompt_len: int | None = None
+    final_only: bool = False  # honour stream_outputs=False: one output at the end
 
 
 class Probe:
@@ -41,6 +45,7 @@ class Probe:
         self.landed: dict[int, int] = {}  # stage -> ns its last batch landed on the loop
         self.routing: list[int] = []  # ns from a batch landing to the next stage receiving
         self.bad_prompts = 0
+        self.stream_outputs: dict[int, set[bool]] = {}  # stage -> stream_outputs it was asked
 
 
 PROBE = Probe()
@@ -54,7 +59,7 @@ class FakeEngineClient:
         # shutdown); the thread re-checks its state after each, so extra tokens are harmless. A C
         # queue: waking the thread costs the orchestrator loop no Python-level lock dance.
         self._wake: queue.SimpleQueue[None] = queue.SimpleQueue()
-        self._pending: list[str] = []
+        self._pending: list[tuple[str, bool]] = []  # (request id, final output only)
         self._aborted: set[str] = set()
         self._taken = True
         self._closed = False
@@ -75,6 +80,7 @@ class FakeEngineClient:
     # --- engine thread ------------------------------------------------------------------------
     def _engine(self) -> None:
         running: dict[str, int] = {}
+        quiet: set[str] = set()  # final output only
         tokens = self.args.tokens
         stage = self.stage_id
         handed = PROBE.handed
@@ -88,25 +94,39 @@ class FakeEngineClient:
                 continue
             # swap, do not clear: the loop thread may append meanwhile (to one list or the other)
             pending, self._pending = self._pending, []
-            for rid in pending:
+            for rid, final_only in pending:
                 running[rid] = 0
+                if final_only:
+                    quiet.add(rid)
             if self._aborted:
                 aborted, self._aborted = self._aborted, set()
                 for rid in aborted:
                     running.pop(rid, None)
+                    quiet.discard(rid)
             self._taken = False
             batch = []
             for rid, count in list(running.items()):
                 count += 1
                 done = count >= tokens
-                batch.append(
-                    StageOutput(
-                        request_id=rid,
-                        token_ids=[count],
-                        finished=done,
-                        finish_reason="length" if done else None,
+                if rid not in quiet:
+                    batch.append(
+                        StageOutput(
+                            request_id=rid,
+                            token_ids=[count],
+                            finished=done,
+                            finish_reason="length" if done else None,
+                        )
                     )
-                )
+                elif done:
+                    quiet.discard(rid)
+                    batch.append(
+                        StageOutput(
+                            request_id=rid,
+                            token_ids=list(range(1, count + 1)),
+                            finished=True,
+                            finish_reason="length",
+                        )
+                    )
                 if done:
                     del running[rid]
                     handed[(rid, stage)] = time.perf_counter_ns()
@@ -145,7 +165,9 @@ class FakeEngineClient:
         expected = self.args.expect_prompt_len
         if expected is not None and len(request.prompt) != expected:
             PROBE.bad_prompts += 1
-        self._pending.append(request.request_id)
+        PROBE.stream_outputs.setdefault(self.stage_id, set()).add(request.stream_outputs)
+        final_only = self.args.final_only and not request.stream_outputs
+        self._pending.append((request.request_id, final_only))
         self._wake.put(None)
 
     async def add_input(self, request_id: str, prompt: Any, final: bool) -> None:

@@ -345,9 +345,17 @@ def bench_scaling(quick: bool) -> list[Row]:
     return rows
 
 
+def bench_plugins(quick: bool) -> list[Row]:
+    """omni-cfg and omni-duplex installed vs disabled (omni_core/bench/plugins.py)."""
+    from omni_core.bench.plugins import bench_plugins
+
+    return bench_plugins(quick)
+
+
 BENCHES = {
     "hop": bench_hop,
     "throughput": bench_throughput,
     "idle": bench_idle,
     "scaling": bench_scaling,
+    "plugins": bench_plugins,
 }

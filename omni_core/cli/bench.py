@@ -12,7 +12,7 @@ from rich.table import Table
 if TYPE_CHECKING:
     from omni_core.cli.app import CliState
 
-ALL = ("hop", "throughput", "idle", "scaling", "chaos", "vllm")
+ALL = ("hop", "throughput", "idle", "scaling", "chaos", "vllm", "plugins")
 DEFAULT = ("hop", "throughput", "idle", "scaling", "chaos")
 # Plugins add more through ``omni_register_benchmarks``; those run only when named (like vllm).
 
