@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from omni_core.errors import ConfigError
 
 OutputType = Literal["text", "audio", "image", "tokens", "latent"]
+PlacementStrategy = Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]
 
 # Sane bounds: a typo (``replicas: 1e8``) is an error, never a machine-sized allocation.
 MAX_STAGES = 1024
@@ -177,6 +178,13 @@ class PipelineConfig(BaseModel):
         description="Ray cluster to join (default: `RAY_ADDRESS`, else a local Ray started for "
         "the engine)",
     )
+    placement_group: PlacementStrategy | None = Field(
+        default=None,
+        description="`runtime: ray`: reserve every replica as one Ray placement group (a bundle "
+        "per replica, from its stage's `resources`), placed with this strategy; start-up fails "
+        "within `OMNI_STARTUP_TIMEOUT_S` when it cannot be placed; unset: each replica is placed "
+        "on its own",
+    )
     requires_plugins: list[str] = Field(
         default_factory=list, description="plugins that must be installed and enabled"
     )
@@ -267,6 +275,14 @@ class PipelineConfig(BaseModel):
                     f"{self.stage_label(stage)}: field 'inputs': a 'stream' edge must be the "
                     "stage's only input"
                 )
+        if self.placement_group is not None:
+            for stage in self.stages:
+                if stage.resources.strategy == "SPREAD":
+                    problems.append(
+                        f"{self.stage_label(stage)}: field 'resources.strategy': SPREAD places "
+                        "replicas one by one, but 'placement_group' places them all: use "
+                        "'placement_group: SPREAD' instead"
+                    )
         if not any(s.final_output for s in self.stages):
             problems.append(f"{self.source}: field 'final_output': no stage has final_output: true")
         if not problems:

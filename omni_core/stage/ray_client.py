@@ -18,10 +18,12 @@ from omni_core.errors import EngineDeadError, StartupError
 from omni_core.outputs import StageOutput
 from omni_core.stage.client import StageRequest
 from omni_core.stage.dataplane import RayDataPlane, materialize
+from omni_core.stage.ray_placement import NOT_PLACED, why_unplaced
 
 logger = logging.getLogger(__name__)
 
 _ACTOR_CLASS: Any = None
+PLACE_POLL_S = 0.25  # how often a pending actor's placement is checked
 
 
 def actor_class() -> Any:
@@ -43,12 +45,16 @@ class RayStageClient:
         options: dict[str, Any],
         start_timeout_s: float = 600.0,
         preload: tuple[str, ...] = (),
+        place_timeout_s: float | None = None,
+        placing: tuple[str, dict[str, float]] = ("", {}),
     ) -> None:
         self.label = label
         self.spec = spec
         self.options = options
         self.start_timeout_s = start_timeout_s
         self.preload = preload
+        self.place_timeout_s = place_timeout_s  # None: no bound of its own (start_timeout_s)
+        self.placing = placing  # (stage name, demand per replica): why it could not be placed
         self.actor: Any = None
         self.actor_id: str | None = None
         self.info: dict[str, Any] = {}
@@ -61,6 +67,7 @@ class RayStageClient:
         self.actor_id = self.actor._actor_id.hex()
         for module in self.preload:  # payload types, imported while the actor starts
             await asyncio.to_thread(importlib.import_module, module)
+        await self._placed()
         try:
             self.info = await asyncio.wait_for(
                 self._call("start", starting=True), self.start_timeout_s
@@ -68,6 +75,38 @@ class RayStageClient:
         except (EngineDeadError, RuntimeError, TimeoutError) as exc:
             self.kill()
             raise StartupError(f"{self.label}: Ray actor failed to start: {exc}") from exc
+
+    async def _placed(self) -> None:
+        """Wait until Ray placed the actor on a node (a worker leased for it, or the actor
+        ready), at most ``place_timeout_s``; past it, kill the pending actor and raise a
+        :class:`StartupError` saying what is missing. Placement is bounded apart from start-up:
+        a model load may take long, waiting for a node that cannot come must not."""
+        if self.place_timeout_s is None:
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.place_timeout_s
+        ready = asyncio.ensure_future(self.actor.__ray_ready__.remote())
+        try:
+            while not ready.done():
+                if await asyncio.to_thread(_leased, self.actor_id):
+                    return
+                if loop.time() >= deadline:
+                    break
+                await asyncio.wait({ready}, timeout=PLACE_POLL_S)
+            else:
+                return  # created (or died: start() reports why)
+        finally:
+            if not ready.done():
+                ready.cancel()
+            elif not ready.cancelled():
+                ready.exception()  # retrieved: start() reports a dead actor
+        stage, need = self.placing
+        reason = await asyncio.to_thread(why_unplaced, stage, need)
+        self.kill()
+        raise StartupError(
+            f"{NOT_PLACED} within {self.place_timeout_s:.1f} s "
+            f"(bounded by OMNI_STARTUP_TIMEOUT_S): {reason}"
+        )
 
     @property
     def pid(self) -> int | None:
@@ -151,6 +190,19 @@ class RayStageClient:
             ray.kill(self.actor, no_restart=True)
         except Exception as exc:  # pragma: no cover - Ray already gone
             logger.debug("%s: kill failed: %r", self.label, exc)
+
+
+def _leased(actor_id: str | None) -> bool:
+    """Whether Ray placed the actor: a worker process was leased for it on some node (state
+    API; unreadable: not known to be placed, the wait goes on until the actor is ready)."""
+    try:
+        from ray.util.state import get_actor
+
+        state = get_actor(actor_id, timeout=5) if actor_id else None
+    except Exception as exc:
+        logger.debug("actor %s: state API unavailable: %r", actor_id, exc)
+        return False
+    return state is not None and (bool(state.pid) or state.state in ("ALIVE", "DEAD"))
 
 
 def _first_line(exc: BaseException) -> str:

@@ -8,6 +8,12 @@ only, and its supervisor takes it down when the driver ends, however it ends). R
 the kind's ``client_factory`` builds the replica's local client, which either describes a worker
 engine (``worker_spec()``: process kinds and ``scripted``) that the actor hosts directly, or is
 rebuilt inside the actor as is.
+
+Placement (:mod:`omni_core.stage.ray_placement`): with ``placement_group:`` the pipeline's
+replicas are reserved as one placement group before any actor starts, and each actor goes to its
+bundle; without it each actor is placed on its own. Either way, waiting for placement is bounded
+by ``OMNI_STARTUP_TIMEOUT_S`` (also when a restart needs a node), and the error names the stage
+and the missing resource. Shutdown removes the group.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from omni_core.stage.client import StageClient, StageContext
 from omni_core.stage.dataplane import PLANE_ENV
 from omni_core.stage.ray_client import RayStageClient
 from omni_core.stage.ray_local import LocalRay
+from omni_core.stage.ray_placement import PipelinePlacement, demand
 
 if TYPE_CHECKING:
     from omni_core.config.pipeline import StageResources
@@ -31,6 +38,13 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+# At start-up, placement may wait until the engine's start-up bound minus this share of it (at
+# most MAX_REPORT_S): the time to say what is missing and stop what started.
+REPORT_SHARE = 0.3
+MAX_REPORT_S = 10.0
+MIN_PLACE_S = 0.5
 
 
 class ActorLeakError(OmniError):
@@ -47,10 +61,28 @@ class RayBackend:
         self.start_s: float | None = None
         self.alive_after_shutdown: list[str] | None = None
         self.local: LocalRay | None = None  # the local Ray this runtime started
+        self.placement: PipelinePlacement | None = None
+        self.place_deadline = 0.0
+        self.made: set[tuple[int, int]] = set()  # replicas built once: the next is a restart
+        if pipeline.config.placement_group is not None:  # planned now: bad input fails early
+            self.placement = PipelinePlacement.plan(pipeline, pipeline.config.placement_group)
 
     # --- connection -------------------------------------------------------------------------
     async def start(self) -> None:
+        timeout = float(self.settings.startup_timeout_s)
+        self.place_deadline = time.monotonic() + timeout - min(MAX_REPORT_S, REPORT_SHARE * timeout)
         await asyncio.to_thread(self._connect)
+        if self.placement is not None:
+            await self.placement.reserve(self.place_deadline - time.monotonic())
+
+    def place_timeout(self, stage_id: int, replica: int) -> float:
+        """How long a replica's actor may wait to be placed. At start-up: until the placement
+        deadline, which leaves the engine's start-up bound (``OMNI_STARTUP_TIMEOUT_S``) time to
+        report what is missing and clean up; a restart: ``OMNI_STARTUP_TIMEOUT_S``."""
+        if (stage_id, replica) in self.made:
+            return float(self.settings.startup_timeout_s)
+        self.made.add((stage_id, replica))
+        return max(self.place_deadline - time.monotonic(), MIN_PLACE_S)
 
     def _connect(self) -> None:
         try:
@@ -103,7 +135,17 @@ class RayBackend:
             }
             timeout, preload = float(self.settings.startup_timeout_s), ()
         options = actor_options(stage.config.resources, env)
-        client = RayStageClient(label, spec, options, timeout, preload)
+        if self.placement is not None:
+            options = in_bundle(options, self.placement, stage.id, replica)
+        client = RayStageClient(
+            label,
+            spec,
+            options,
+            timeout,
+            preload,
+            place_timeout_s=self.place_timeout(stage.id, replica),
+            placing=(stage.name, demand(stage.config.resources)),
+        )
         self.clients.append(client)
         return client
 
@@ -135,6 +177,8 @@ class RayBackend:
                 )
         except Exception as exc:  # the state API is unavailable (no dashboard on the cluster)
             logger.warning("ray runtime: could not check actors with the state API: %r", exc)
+        if self.placement is not None:
+            self.placement.remove()
         if self.owns_ray:
             ray.shutdown()
 
@@ -181,6 +225,21 @@ def actor_options(resources: StageResources, env: dict[str, str]) -> dict[str, A
         options["resources"] = custom
     if resources.strategy == "SPREAD":
         options["scheduling_strategy"] = "SPREAD"
+    return options
+
+
+def in_bundle(
+    options: dict[str, Any], placement: PipelinePlacement, stage_id: int, replica: int
+) -> dict[str, Any]:
+    """The actor takes its whole bundle of the pipeline's placement group."""
+    need = placement.bundles[placement.bundle(stage_id, replica)]
+    options = {k: v for k, v in options.items() if k not in ("num_cpus", "num_gpus", "resources")}
+    options["num_cpus"] = need.get("CPU", 0.0)
+    options["num_gpus"] = need.get("GPU", 0.0)
+    custom = {k: v for k, v in need.items() if k not in ("CPU", "GPU")}
+    if custom:
+        options["resources"] = custom
+    options["scheduling_strategy"] = placement.actor_strategy(stage_id, replica)
     return options
 
 
