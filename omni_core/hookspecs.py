@@ -15,8 +15,11 @@ Conventions:
 * Impls may accept any subset of a hook's arguments.
 
 "Orchestrator thread" below means the engine's orchestrator thread and event loop, in the process
-that created the engine. Nobody calls ``pm.hook`` directly:
-:class:`omni_core.plugin.hooks.PluginHost` is the typed facade.
+that created the engine. Request-lifecycle hooks receive ``request`` (a read-only
+:class:`~omni_core.views.RequestView` of the run) and ``port`` (the
+:class:`~omni_core.views.OrchestratorPort`: the pipeline, the loop and the actions a plugin may
+take), never the orchestrator; ``request_id`` is ``request.run_id``. Nobody calls ``pm.hook``
+directly: :class:`omni_core.plugin.hooks.PluginHost` is the typed facade.
 """
 
 from __future__ import annotations
@@ -31,7 +34,6 @@ from omni_core.plugin import hookspec
 if TYPE_CHECKING:
     from omni_core.config.pipeline import PipelineConfig
     from omni_core.config.resolve import ResolvedPipeline
-    from omni_core.orchestrator.base import OrchestratorBase
     from omni_core.outputs import ErrorInfo, StageOutput
     from omni_core.plugin.types import (
         Admission,
@@ -47,6 +49,7 @@ if TYPE_CHECKING:
         StageKind,
     )
     from omni_core.sampling import SamplingParams
+    from omni_core.views import OrchestratorPort, RequestView
 
 # --------------------------------------------------------------------------------------------
 # Registration (main process; each registry is collected the first time a PluginHost uses it —
@@ -164,109 +167,130 @@ def omni_applies_to(pipeline: ResolvedPipeline) -> bool | None:
 @hookspec
 def omni_admit_request(
     request_id: str,
+    request: RequestView,
     prompt: Any,
     pipeline: PipelineConfig,
     params: dict[int, SamplingParams],
-    orchestrator: OrchestratorBase,
+    port: OrchestratorPort,
 ) -> Admission | None:
-    """Expand a request into a bundle before any state exists (e.g. extra guidance passes).
+    """Expand a request into a bundle before it is registered (e.g. extra guidance passes).
 
-    ``params`` are the request's sampling params by stage id (read-only).
+    ``request`` is the run about to be admitted (not held yet: ``port.request(request_id)`` is
+    None); ``prompt``, ``pipeline`` and ``params`` (sampling params by stage id) are its fields,
+    read-only.
 
     Fires on the orchestrator thread once per admitted request (and per parallel-sampling child),
     before the request is registered. All impls are called; their companions are admitted together
     with the request, all or nothing: if any impl raises, nothing is admitted and the request gets
     one terminal error naming the plugin (400), or, for
-    :class:`~omni_core.errors.RequestRejected`, that error's own 4xx status and message.
-    Companion ids are ``f"{request_id}{companion.suffix}"``; companions go to the same replicas
-    as their request and are never shown to the caller.
+    :class:`~omni_core.errors.RequestRejected`, that error's own 4xx status and message. Tags of
+    all admissions are merged into ``request.tags``. Companion ids are
+    ``f"{request_id}{companion.suffix}"``; companions go to the same replicas as their request
+    and are never shown to the caller.
     """
 
 
 @hookspec(firstresult=True)
 def omni_intercept_stage_output(
-    request_id: str, stage_id: int, output: StageOutput, orchestrator: OrchestratorBase
+    request_id: str,
+    request: RequestView,
+    stage_id: int,
+    output: StageOutput,
+    port: OrchestratorPort,
 ) -> bool | None:
     """Take a stage output before it is emitted or forwarded. Return True to consume it.
 
-    Orchestrator thread, for every stage output of every request (companions included): keep it
-    cheap. First non-None result wins.
+    Orchestrator thread, for every stage output of every request (companions included), after
+    ``request.stages[stage_id].result`` recorded it: keep it cheap. First non-None result wins
+    (then the orchestrator subclass's ``intercept_stage_output`` seam is not asked). Implementing
+    it makes every stage stream its deltas.
     """
 
 
 @hookspec
 def omni_forward_gate(
-    request_id: str, stage_id: int, orchestrator: OrchestratorBase
+    request_id: str, request: RequestView, stage_id: int, port: OrchestratorPort
 ) -> ForwardGate | None:
-    """Decide whether a forward of ``request_id`` to ``stage_id`` may happen now.
+    """Decide whether a forward of ``request`` to ``stage_id`` may happen now.
 
     Orchestrator thread, before every ``on_finish`` forward and once when a stage fed by a
     ``stream`` edge opens. All impls are called: any ``defer=True`` defers the forward until
-    ``orchestrator.release_forward(request_id, stage_id)`` — called on the orchestrator loop — which
-    asks every gate again; the ``extra_sources`` of all results are appended to the bridge's
-    sources; the transforms compose by ascending ``ForwardGate.order``, ties by plugin name.
+    ``port.release_forward(request_id, stage_id)``, which asks every gate again; the
+    ``extra_sources`` of all results are appended to the bridge's sources; the transforms compose
+    by ascending ``ForwardGate.order``, ties by plugin name.
     """
 
 
 @hookspec
-def omni_expand_abort(request_ids: list[str], orchestrator: OrchestratorBase) -> Iterable[str]:
+def omni_expand_abort(request_ids: list[str], port: OrchestratorPort) -> Iterable[str]:
     """Return more request ids to abort together with ``request_ids`` (e.g. companions).
 
-    Orchestrator thread, on every abort. Results are merged.
+    Orchestrator thread, on every abort (a caller's, a deadline's, ``port.abort``). The ids may
+    name requests, children or companions, or nothing held any more. Results are merged.
     """
     return ()
 
 
 @hookspec
-def omni_background_tasks(
-    orchestrator: OrchestratorBase,
-) -> Iterable[Callable[[], Awaitable[None]]]:
+def omni_background_tasks(port: OrchestratorPort) -> Iterable[Callable[[], Awaitable[None]]]:
     """Provide coroutine factories run as tasks on the orchestrator loop while it lives.
 
-    Called once when the orchestrator starts. Tasks are cancelled at shutdown. A task must wait on
-    events or timers, never poll. An exception escaping a task is fatal to the engine (like a bug
-    in the orchestrator): catch what you can handle.
+    Called once when the orchestrator starts, on its thread. Tasks are cancelled at shutdown. A
+    task must wait on events or timers, never poll. An exception escaping a task is fatal to the
+    engine (like a bug in the orchestrator): catch what you can handle. Results are merged.
     """
     return ()
 
 
 @hookspec
-def omni_shutdown(orchestrator: OrchestratorBase) -> Callable[[], Awaitable[None]] | None:
+def omni_shutdown(port: OrchestratorPort) -> Callable[[], Awaitable[None]] | None:
     """Provide a coroutine factory awaited when the orchestrator stops (before stages stop).
 
-    Orchestrator thread. Every impl's factory is awaited, each bounded by the shutdown timeout.
+    Orchestrator thread, after the requests still held got their ``shutdown`` terminal. Every
+    impl's factory is awaited in turn, each bounded by the shutdown timeout; one failing is logged.
     """
 
 
 # --------------------------------------------------------------------------------------------
-# Observers (orchestrator thread; called impl by impl, failures logged)
+# Observers (orchestrator thread; called impl by impl, failures logged, results ignored)
 # --------------------------------------------------------------------------------------------
 
 
 @hookspec
-def omni_request_admitted(request_id: str, orchestrator: OrchestratorBase) -> None:
-    """A request (or companion / parallel-sampling child) was registered."""
+def omni_request_admitted(request_id: str, request: RequestView, port: OrchestratorPort) -> None:
+    """A request (or companion / parallel-sampling child) was registered; not submitted yet."""
 
 
 @hookspec
 def omni_stage_submitted(
-    request_id: str, stage_id: int, replica: int, orchestrator: OrchestratorBase
+    request_id: str, request: RequestView, stage_id: int, replica: int, port: OrchestratorPort
 ) -> None:
     """A request was submitted to a stage replica (initial submit or forward)."""
 
 
 @hookspec
 def omni_stage_output(
-    request_id: str, stage_id: int, output: StageOutput, orchestrator: OrchestratorBase
+    request_id: str,
+    request: RequestView,
+    stage_id: int,
+    output: StageOutput,
+    port: OrchestratorPort,
 ) -> None:
-    """A stage produced an output (every token: keep it cheap; skipped if no plugin implements)."""
+    """A stage produced an output, before it is recorded (every token: keep it cheap; skipped
+    when no plugin taking part implements it; implementing it makes every stage stream its
+    deltas)."""
 
 
 @hookspec
 def omni_request_terminal(
-    request_id: str, finish_reason: str, error: ErrorInfo | None, orchestrator: OrchestratorBase
+    request_id: str,
+    request: RequestView,
+    finish_reason: str,
+    error: ErrorInfo | None,
+    port: OrchestratorPort,
 ) -> None:
-    """A request (or companion / child) reached its one terminal state; its state is gone.
+    """A request (or companion / child) reached its one terminal state; the orchestrator no
+    longer holds it (``request`` still reads its final state).
 
     ``finish_reason`` is ``stop``/``length``/``abort``/``timeout``/``error``, or ``shutdown`` for
     requests still held when the orchestrator stops. Requests rejected before admission (duplicate

@@ -1,7 +1,11 @@
 """``OmniEngineBase``: owns the orchestrator thread, the queues, correlated calls and shutdown.
 
 Seams for subclasses: :meth:`_validate_deployment` (before any stage starts) and
-:meth:`_create_orchestrator` (on the orchestrator thread, after stages started).
+:meth:`_create_orchestrator` (on the orchestrator thread, after stages started). What an engine
+kind talks to its orchestrator with: :meth:`call` (a correlated message, answered by the
+orchestrator's ``reply``), :meth:`post` (a one-way message), :meth:`track_stream` /
+:meth:`untrack_stream` (caller streams that get ``EngineDeadError`` when the engine dies) and
+:attr:`orchestrator`.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from omni_core.sampling import SamplingParams
 
 if TYPE_CHECKING:
     from omni_core.config.pipeline import PipelineConfig
+    from omni_core.engine.channel import RequestStream
     from omni_core.orchestrator.base import OrchestratorBase
 
 logger = logging.getLogger(__name__)
@@ -203,6 +208,30 @@ class OmniEngineBase:
             )
         return params
 
+    # --- what engine kinds talk to their orchestrator with ---------------------------------------
+    @property
+    def orchestrator(self) -> OrchestratorBase | None:
+        """The running orchestrator (None before it started or after start-up failed). It lives
+        on the orchestrator thread: from another thread, read only what is safe to read."""
+        return self._runtime.orchestrator
+
+    def post(self, msg: Any) -> bool:
+        """Queue a one-way message for the orchestrator (its ``dispatch_message``); False when
+        the request queue is full. Raises EngineDeadError once the engine is dead or shut down."""
+        runtime = self._runtime
+        runtime.check_alive()
+        return runtime.inbox.put_nowait(msg)
+
+    def track_stream(self, key: str, stream: RequestStream) -> None:
+        """Register a caller stream: if the engine dies it receives the EngineDeadError."""
+        self._runtime.streams[key] = stream
+
+    def untrack_stream(self, key: str, stream: RequestStream) -> None:
+        """Forget a stream registered under ``key`` (if it is still the one registered)."""
+        streams = self._runtime.streams
+        if streams.get(key) is stream:
+            del streams[key]
+
     # --- liveness, health -----------------------------------------------------------------------
     def is_alive(self) -> bool:
         return self._runtime.is_alive()
@@ -247,7 +276,7 @@ class OmniEngineBase:
         """Abort and wait until every stage that held the requests confirmed."""
         ids = [request_ids] if isinstance(request_ids, str) else list(request_ids)
         key = ("abort", uuid.uuid4().hex)
-        result = await self._call(key, AbortRequest(request_ids=ids, rpc_key=key), timeout)
+        result = await self.call(key, AbortRequest(request_ids=ids, rpc_key=key), timeout)
         assert isinstance(result, AbortResult)
         return result
 
@@ -271,7 +300,7 @@ class OmniEngineBase:
             stage_ids=stage_ids,
             timeout=timeout,
         )
-        result = await self._call(key, msg, timeout)
+        result = await self.call(key, msg, timeout)
         return list(result)
 
     async def sleep(self, level: int = 1, stage_ids: list[int] | None = None) -> list[Any]:
@@ -288,8 +317,10 @@ class OmniEngineBase:
     async def resume_scheduler(self, stage_ids: list[int] | None = None) -> list[Any]:
         return await self.collective_rpc("resume_scheduler", stage_ids=stage_ids)
 
-    async def _call(self, key: tuple[str, str], msg: Any, timeout: float | None) -> Any:
-        """Register, submit and wait under one timeout budget. A timeout cancels nothing."""
+    async def call(self, key: tuple[str, str], msg: Any, timeout: float | None) -> Any:
+        """Send a message the orchestrator answers with ``reply(key, result)`` and wait for the
+        result: register, submit and wait under one timeout budget (TimeoutError; a timeout
+        cancels nothing). ``key`` is unique per call, e.g. ``("mykind", uuid4().hex)``."""
         runtime = self._runtime
         runtime.check_alive()
         fut = runtime.router.register(key)

@@ -1,43 +1,65 @@
-"""``OrchestratorBase``: the loop, the seams, request tables, routing and terminal convergence.
+"""``OrchestratorBase``: the orchestrator loop, built from parts with one job each.
 
 Runs on the orchestrator thread. Every change to request state happens here, on one event loop.
-Subclasses decide what a message means (:meth:`_dispatch_message`) and may override the other
-seams; plugin hooks fire from inside the seams' default implementations.
+The parts (:doc:`architecture.md <../docs/architecture>` draws them):
+
+* ``graph`` — :class:`StageGraph`: stage order, edges, the stages a request needs;
+* ``table`` — :class:`RequestTable`: requests and runs by id;
+* ``emitter`` — :class:`Emitter`: outputs batched per caller loop;
+* ``tasks`` — :class:`TaskSupervisor`: tasks, the stop signal, the crash;
+* ``terminals`` — :class:`Terminals`: failure, abort, deadlines, the one terminal of each run;
+* ``router`` — :class:`Router`: submit, route outputs along the graph, forward, emit finals;
+* ``replicas`` — :class:`ReplicaSupervisor`: readers/intakes, replica death and restart, health;
+* ``port`` — :class:`Port`: what hooks may do (:class:`omni_core.views.OrchestratorPort`).
+
+Subclasses (the turn-based :class:`~omni_core.orchestrator.turn.Orchestrator`, an engine kind's
+orchestrator) fill the **seams** below; seams fire no hooks, and the hooks fire from the parts'
+own code whatever a subclass does: one mechanism per decision.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from omni_core.errors import EngineDeadError, ReplicaDeadError, RpcError
+from omni_core.errors import RpcError, StageUnavailableError
 from omni_core.messages import AbortRequest, CollectiveRpc, EngineMessage, Shutdown
+from omni_core.orchestrator.control import collective_rpc
 from omni_core.orchestrator.emit import Emitter
-from omni_core.orchestrator.intake import ReplicaIntake
-from omni_core.orchestrator.routing import RoutingMixin
+from omni_core.orchestrator.graph import Plan, StageGraph
+from omni_core.orchestrator.port import Port
+from omni_core.orchestrator.replicas import ReplicaSupervisor
+from omni_core.orchestrator.routing import Intercept, Router
 from omni_core.orchestrator.state import ParentState, RunState
-from omni_core.outputs import AbortResult, ErrorInfo, StageOutput
-from omni_core.stage.client import CONTROL_METHODS, PushingStageClient, StageClient
+from omni_core.orchestrator.table import RequestTable
+from omni_core.orchestrator.tasks import TaskSupervisor
+from omni_core.orchestrator.terminals import Terminals
 
 if TYPE_CHECKING:
+    from collections.abc import Coroutine
+
     from omni_core.config.resolve import ResolvedPipeline
     from omni_core.engine.channel import RequestInbox
+    from omni_core.outputs import AbortResult, ErrorInfo, StageOutput
     from omni_core.plugin.hooks import PluginHost
+    from omni_core.sampling import SamplingParams
     from omni_core.stage.pool import StagePool
+    from omni_core.views import RequestView
 
 logger = logging.getLogger(__name__)
 
 Reply = Callable[[tuple[str, str], Any], None]
 
 
-class OrchestratorBase(RoutingMixin):
-    """Owns the request handler, one reader (or intake) per replica, background tasks and shutdown.
+class OrchestratorBase:
+    """The loop, the parts and the seams.
 
-    Seams (override in a subclass; call ``super()`` to keep plugin hooks firing):
-    ``_dispatch_message``, ``_background_tasks``, ``_shutdown_extensions``, ``_on_stage_submitted``,
-    ``_intercept_stage_output``, ``_handle_forward_failure``, ``_cleanup_request_ids``.
+    Seams (override in a subclass; none fires a hook, so there is nothing to call ``super()``
+    for): :meth:`dispatch_message`, :meth:`background_tasks`, :meth:`shutdown_extensions`,
+    :meth:`on_stage_submitted`, :meth:`intercept_stage_output`, :meth:`handle_forward_failure`,
+    :meth:`on_runs_ended`.
     """
 
     def __init__(
@@ -55,84 +77,131 @@ class OrchestratorBase(RoutingMixin):
         self.inbox = inbox
         self.hooks = hooks
         self.settings = settings
-        self._reply = reply
-        self.parents: dict[str, ParentState] = {}
-        self.runs: dict[str, RunState] = {}
         self.loop = asyncio.get_running_loop()
+        self.graph = graph = StageGraph(pipeline)
+        self.table = RequestTable(graph)
         self.emitter = Emitter(self.loop)
-        self._stop = asyncio.Event()
-        self._crash: BaseException | None = None
-        self._tasks: set[asyncio.Task[Any]] = set()
-        self._readers: dict[tuple[int, int], asyncio.Task[None]] = {}
-        self._init_routing()
+        self.tasks = TaskSupervisor(self.loop)
+        self.port = Port(self)
+        self._reply = reply
+        self.terminals = Terminals(
+            pipeline=pipeline,
+            pools=pools,
+            table=self.table,
+            emitter=self.emitter,
+            tasks=self.tasks,
+            hooks=hooks,
+            port=self.port,
+            runs_ended=self.on_runs_ended,
+        )
+        intercept = self._interceptor()
         # Stages whose every delta someone reads even when they are not a run's final stage:
         # sources of stream edges; all stages when a plugin or a subclass looks at outputs.
-        watched = (
-            hooks.has_output_observers
-            or hooks.has_output_interceptors
-            or type(self)._intercept_stage_output is not OrchestratorBase._intercept_stage_output
+        watched = hooks.has_output_observers or intercept is not None
+        self.router = Router(
+            pipeline=pipeline,
+            pools=pools,
+            graph=graph,
+            table=self.table,
+            emitter=self.emitter,
+            tasks=self.tasks,
+            terminals=self.terminals,
+            hooks=hooks,
+            port=self.port,
+            streamed_stages=frozenset(graph.order) if watched else graph.stream_sources,
+            intercept=intercept,
+            submitted=self.on_stage_submitted,
+            forward_failure=self.handle_forward_failure,
         )
-        self.streamed_stages = frozenset(self.order) if watched else self.stream_sources
+        self.replicas = ReplicaSupervisor(
+            pools=pools,
+            table=self.table,
+            emitter=self.emitter,
+            tasks=self.tasks,
+            terminals=self.terminals,
+            route=self.router.on_outputs,
+        )
+        self.router.replica_died = self.replicas.died
+
+    def _interceptor(self) -> Intercept | None:
+        """Who may consume a stage output: the plugins (asked first), then the subclass's seam."""
+        overridden = (
+            type(self).intercept_stage_output is not OrchestratorBase.intercept_stage_output
+        )
+        seam = self.intercept_stage_output if overridden else None
+        if not self.hooks.has_output_interceptors:
+            return seam
+        hooks, port = self.hooks, self.port
+
+        def by_plugins(run: RunState, stage_id: int, output: StageOutput) -> bool:
+            return hooks.intercept_stage_output(run.run_id, run, stage_id, output, port)
+
+        if seam is None:
+            return by_plugins
+        return lambda run, sid, out: by_plugins(run, sid, out) or seam(run, sid, out)
+
+    # ------------------------------------------------------------------------------------------
+    # read access (the engine's health and table sizes; tests)
+    # ------------------------------------------------------------------------------------------
+    @property
+    def runs(self) -> dict[str, RunState]:
+        return self.table.runs
+
+    @property
+    def parents(self) -> dict[str, ParentState]:
+        return self.table.parents
+
+    def health(self) -> dict[str, Any]:
+        return self.replicas.health()
 
     # ------------------------------------------------------------------------------------------
     # the loop
     # ------------------------------------------------------------------------------------------
     async def run(self) -> None:
         """Serve until a Shutdown message or a crash; then stop extensions (stages stay up)."""
-        for pool in self.pools.values():
-            for replica in pool.live():
-                self._start_reader(pool, replica)
-        self.spawn(self._request_handler(), name="omni-request-handler")
-        for factory in self._background_tasks():
-            self.spawn(_as_coroutine(factory()), name="omni-background")
+        tasks = self.tasks
+        self.replicas.start()
+        tasks.spawn(self._request_handler(), name="omni-request-handler")
+        for factory in [*self.background_tasks(), *self.hooks.background_tasks(self.port)]:
+            tasks.spawn(_as_coroutine(factory()), name="omni-background")
         try:
-            await self._stop.wait()
+            await tasks.stop.wait()
         finally:
-            for task in list(self._tasks) + list(self._readers.values()):
-                task.cancel()
-            await asyncio.gather(*self._tasks, *self._readers.values(), return_exceptions=True)
-            for run in list(self.runs.values()):  # callers get EngineDeadError from the engine
-                self._terminate_run(run, "shutdown", None)
-            await self._shutdown_extensions()
+            await tasks.cancel_all(*self.replicas.readers.values())
+            for run in list(self.table.runs.values()):  # callers get EngineDeadError
+                self.terminals.terminate(run, "shutdown", None)
+            await self._stop_extensions()
             self.emitter.flush()
-        if self._crash is not None:
-            raise self._crash
+        if tasks.crash is not None:
+            raise tasks.crash
 
-    def spawn(self, coro: Coroutine[Any, Any, Any], name: str | None = None) -> asyncio.Task[Any]:
-        """Run a coroutine on the orchestrator loop; an unexpected exception is fatal."""
-        task = self.loop.create_task(coro, name=name)
-        self._tasks.add(task)
-        task.add_done_callback(self._task_done)
-        return task
-
-    def _task_done(self, task: asyncio.Task[Any]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            self._fatal(task.exception())  # type: ignore[arg-type]
-
-    def _fatal(self, exc: BaseException) -> None:
-        if self._crash is None and not self._stop.is_set():
-            logger.error("orchestrator crashed", exc_info=exc)
-            self._crash = exc
-        self._stop.set()
+    async def _stop_extensions(self) -> None:
+        """The subclass's seam, then every plugin's ``omni_shutdown``, each bounded."""
+        factories: list[Callable[[], Awaitable[None]]] = [self.shutdown_extensions]
+        factories.extend(self.hooks.shutdown_extensions(self.port))
+        for factory in factories:
+            try:
+                await asyncio.wait_for(factory(), timeout=self.settings.shutdown_timeout_s)
+            except Exception:
+                logger.exception("a shutdown extension failed")
 
     async def _request_handler(self) -> None:
         while True:
             batch = await self.inbox.get_batch()
             for msg in batch:
                 if isinstance(msg, Shutdown):
-                    self._stop.set()
+                    self.tasks.stop.set()
                     return
                 await self._handle_message(msg)
             self.emitter.flush()
 
     async def _handle_message(self, msg: EngineMessage) -> None:
-        if await self._dispatch_message(msg):
+        if await self.dispatch_message(msg):
             return
         if isinstance(msg, AbortRequest):
             result = await self.abort(msg.request_ids, reason=msg.reason)
             if msg.rpc_key is not None:
-                self._reply(msg.rpc_key, result)
+                self.reply(msg.rpc_key, result)
             elif not result.success:
                 logger.warning("abort of %s failed: %s", msg.request_ids, result.error)
         elif isinstance(msg, CollectiveRpc):
@@ -141,153 +210,113 @@ class OrchestratorBase(RoutingMixin):
             logger.warning("orchestrator ignored unknown message %s", type(msg).__name__)
 
     # ------------------------------------------------------------------------------------------
-    # seams
+    # seams (fire no hooks)
     # ------------------------------------------------------------------------------------------
-    async def _dispatch_message(self, msg: EngineMessage) -> bool:
+    async def dispatch_message(self, msg: EngineMessage) -> bool:
         """Handle a message the base does not know; return True if handled."""
         return False
 
-    def _background_tasks(self) -> list[Callable[[], Awaitable[None]]]:
-        """Coroutine factories run while the orchestrator lives (default: the plugins')."""
-        return self.hooks.background_tasks(self)
+    def background_tasks(self) -> list[Callable[[], Awaitable[None]]]:
+        """Coroutine factories run while the orchestrator lives (the plugins' run as well)."""
+        return []
 
-    async def _shutdown_extensions(self) -> None:
-        """Awaited when the orchestrator stops, before stages stop (default: the plugins')."""
-        for factory in self.hooks.shutdown_extensions(self):
-            try:
-                await asyncio.wait_for(factory(), timeout=self.settings.shutdown_timeout_s)
-            except Exception:
-                logger.exception("a plugin shutdown extension failed")
+    async def shutdown_extensions(self) -> None:
+        """Awaited when the orchestrator stops, before the plugins' ``omni_shutdown``."""
 
-    def _on_stage_submitted(self, run: RunState, stage_id: int, replica: int) -> None:
-        """After every successful submit of a request to a stage replica."""
-        self.hooks.stage_submitted(run.run_id, stage_id, replica, self)
+    def on_stage_submitted(self, run: RequestView, stage_id: int, replica: int) -> None:
+        """After every successful submit of a run to a stage replica (before the hook)."""
 
-    def _intercept_stage_output(self, run: RunState, stage_id: int, output: StageOutput) -> bool:
-        """Return True to consume a stage output (not emitted, not forwarded)."""
-        if self.hooks.has_output_interceptors:
-            return self.hooks.intercept_stage_output(run.run_id, stage_id, output, self)
+    def intercept_stage_output(self, run: RequestView, stage_id: int, output: StageOutput) -> bool:
+        """Return True to consume a stage output (not emitted, not forwarded). Asked after the
+        plugins' ``omni_intercept_stage_output``; overriding it streams every stage's deltas."""
         return False
 
-    async def _handle_forward_failure(
-        self, run: RunState, stage_id: int, exc: BaseException
+    async def handle_forward_failure(
+        self, run: RequestView, stage_id: int, exc: BaseException
     ) -> bool:
-        """A forward to ``stage_id`` raised; return True if handled. Default: fail the request."""
+        """A submit or forward to ``stage_id`` raised; return True if handled. Default: the
+        request fails (400)."""
         return False
 
-    def _cleanup_request_ids(
+    def on_runs_ended(
         self, run_ids: list[str], finish_reason: str, error: ErrorInfo | None
     ) -> None:
-        """Drop the state of terminal runs (already removed from the tables) and notify."""
-        for run_id in run_ids:
-            self.hooks.request_terminal(run_id, finish_reason, error, self)
+        """Runs turned terminal (already out of the tables); ``omni_request_terminal`` follows."""
 
     # ------------------------------------------------------------------------------------------
-    # replicas: readers, death, restart
+    # what subclasses build requests with
     # ------------------------------------------------------------------------------------------
-    def _start_reader(self, pool: StagePool, replica: int) -> None:
-        """Take a replica's outputs: through an intake if its client pushes, else a reader."""
-        client = pool.client(replica)
-        assert client is not None
-        label = f"omni-reader-{pool.stage_id}-{replica}"
-        if isinstance(client, PushingStageClient):
-            client.set_output_sink(
-                ReplicaIntake(
-                    lambda outputs: self._take_outputs(pool, replica, client, outputs),
-                    lambda error: self._take_death(pool, replica, client, error),
-                    self.spawn,
-                    self._fatal,
-                    label,
+    def spawn(self, coro: Coroutine[Any, Any, Any], name: str | None = None) -> asyncio.Task[Any]:
+        """Run a coroutine on the orchestrator loop; an unexpected exception is fatal."""
+        return self.tasks.spawn(coro, name)
+
+    def reply(self, key: tuple[str, str], result: Any) -> None:
+        """Answer a correlated call (``OmniEngineBase.call``) made with ``key``."""
+        self._reply(key, result)
+
+    def plan(self, modalities: list[str] | None) -> Plan:
+        """(stages needed, final stages in order) for the wanted output modalities."""
+        return self.graph.plan(modalities)
+
+    def new_run(
+        self,
+        run_id: str,
+        parent: ParentState,
+        index: int,
+        prompt: Any,
+        params: dict[int, SamplingParams],
+        needed: frozenset[int],
+        finals: tuple[int, ...],
+    ) -> RunState:
+        return self.table.new_run(run_id, parent, index, prompt, params, needed, finals)
+
+    def register_run(self, run: RunState) -> None:
+        """Hold a run (fires ``omni_request_admitted``)."""
+        self.table.add(run)
+        self.hooks.request_admitted(run.run_id, run, self.port)
+
+    async def start_run(self, run: RunState) -> None:
+        """Submit a registered run to its entry stages (stages without inputs)."""
+        await self.router.start(run)
+
+    async def open_run(
+        self,
+        run_id: str,
+        prompt: Any,
+        params: dict[int, SamplingParams],
+        stream: Any,
+        *,
+        modalities: list[str] | None = None,
+        tags: dict[str, Any] | None = None,
+    ) -> RequestView:
+        """Register a run of its own request and submit it: its outputs go to ``stream`` (an
+        object with ``loop`` and ``push(item)``). Raises :class:`StageUnavailableError` if a stage
+        it needs has no live replica (then nothing is registered)."""
+        needed, finals = self.graph.plan(modalities)
+        for sid in sorted(needed):
+            if not self.pools[sid].has_live():
+                raise StageUnavailableError(
+                    f"stage '{self.pools[sid].stage.name}' has no live replica"
                 )
-            )
-            return
-        self._readers[(pool.stage_id, replica)] = self.loop.create_task(
-            self._read_replica(pool, replica, client), name=label
+        run = self.table.new_run(
+            run_id, ParentState(run_id, stream), 0, prompt, params, needed, finals
         )
+        run.tags.update(tags or {})
+        self.register_run(run)
+        await self.router.start(run)
+        return run
 
-    async def _read_replica(self, pool: StagePool, replica: int, client: StageClient) -> None:
-        try:
-            while True:
-                outputs = await client.get_outputs()
-                await self._take_outputs(pool, replica, client, outputs)
-        except asyncio.CancelledError:
-            raise
-        except EngineDeadError as exc:
-            await self._take_death(pool, replica, client, exc)
-        except BaseException as exc:
-            self._fatal(exc)
+    async def fail_run(self, run: RunState, stage_id: int, error: ErrorInfo) -> None:
+        """Request-scoped failure: the whole request (all its runs) gets one error terminal."""
+        await self.terminals.fail(run, stage_id, error)
 
-    async def _take_outputs(
-        self, pool: StagePool, replica: int, client: StageClient, outputs: list[StageOutput]
-    ) -> None:
-        """Route one batch of a replica's outputs (unless it was evicted or we are stopping)."""
-        if pool.clients[replica] is not client or self._stop.is_set():
-            return
-        await self._on_stage_outputs(pool.stage.id, replica, outputs)
-        self.emitter.flush_soon()  # once per loop turn, however many replicas' batches it routed
+    async def abort(self, request_ids: list[str], reason: str = "abort") -> AbortResult:
+        """Abort requests (parent ids, child ids or companion ids); unknown ids are ignored."""
+        return await self.terminals.abort(request_ids, reason)
 
-    async def _take_death(
-        self, pool: StagePool, replica: int, client: StageClient, exc: EngineDeadError
-    ) -> None:
-        if pool.clients[replica] is not client or self._stop.is_set():
-            return
-        await self._on_replica_dead(pool, replica, exc)
-        self.emitter.flush()
-
-    async def _on_replica_dead(self, pool: StagePool, replica: int, exc: BaseException) -> None:
-        client, bound = pool.evict(replica)
-        self._readers.pop((pool.stage_id, replica), None)
-        logger.warning(
-            "stage '%s' replica %d died (%s); failing its %d request(s)",
-            pool.stage.name,
-            replica,
-            exc,
-            len(bound),
-        )
-        if client is not None:
-            self.spawn(_quiet(client.shutdown()))
-        error = ErrorInfo.from_exception(
-            ReplicaDeadError(f"stage '{pool.stage.name}' replica {replica} died: {exc}")
-        )
-        for run_id in sorted(bound):
-            run = self.runs.get(run_id)
-            if run is not None:
-                await self.fail_run(run, pool.stage_id, error)
-        policy = pool.stage.config.restart
-        if policy.policy == "on-failure" and pool.restarts < policy.max_restarts:
-            pool.restarts += 1
-            self.spawn(self._restart(pool, replica, policy.backoff_s))
-
-    async def _restart(self, pool: StagePool, replica: int, backoff_s: float) -> None:
-        if backoff_s:
-            await asyncio.sleep(backoff_s)
-        try:
-            await pool.start_replica(replica)
-        except Exception as exc:
-            logger.error(
-                "restart of stage '%s' replica %d failed: %s", pool.stage.name, replica, exc
-            )
-            return
-        logger.warning(
-            "stage '%s' replica %d restarted (%d/%d)",
-            pool.stage.name,
-            replica,
-            pool.restarts,
-            pool.stage.config.restart.max_restarts,
-        )
-        self._start_reader(pool, replica)
-
-    def health(self) -> dict[str, Any]:
-        return {
-            pool.stage.name: {
-                "stage_id": pool.stage_id,
-                "replicas": [pool.healthy(i) for i in range(len(pool.clients))],
-                "live": pool.has_live(),
-                "restarts": pool.restarts,
-                "pids": [getattr(c, "pid", None) for c in pool.clients],
-            }
-            for pool in self.pools.values()
-        }
+    def release_forward(self, run_id: str, stage_id: int) -> None:
+        """Let a forward deferred by ``omni_forward_gate`` happen (on the orchestrator loop)."""
+        self.router.release_forward(run_id, stage_id)
 
     # ------------------------------------------------------------------------------------------
     # control RPCs
@@ -299,7 +328,7 @@ class OrchestratorBase(RoutingMixin):
             )
         except Exception as exc:
             result = exc if isinstance(exc, RpcError) else RpcError(f"{type(exc).__name__}: {exc}")
-        self._reply(msg.rpc_key, result)
+        self.reply(msg.rpc_key, result)
 
     async def collective_rpc(
         self,
@@ -309,113 +338,10 @@ class OrchestratorBase(RoutingMixin):
         stage_ids: list[int] | None = None,
         timeout: float | None = None,
     ) -> list[Any]:
-        """Call ``method`` on every live replica of the addressed stages, in stage order.
-
-        Control methods raise :class:`RpcError` naming the replica when a worker fails; other
-        methods answer ``{"supported": False, "error": ...}`` for that replica.
-        """
-        kwargs = kwargs or {}
+        """Call ``method`` on every live replica of the addressed stages, in stage order."""
         order = [s.id for s in self.pipeline.config.stages]
-        if stage_ids is not None:
-            unknown = [s for s in stage_ids if s not in self.pools]
-            if unknown:
-                raise RpcError(f"unknown stage id(s) {unknown} (pipeline stages: {order})")
-            order = [s for s in order if s in stage_ids]
-        results: list[Any] = []
-        for sid in order:
-            pool = self.pools[sid]
-            for replica in pool.live():
-                client = pool.client(replica)
-                assert client is not None
-                where = f"stage '{pool.stage.name}' (id {sid}) replica {replica}"
-                try:
-                    call = client.collective_rpc(method, tuple(args), kwargs)
-                    value = await (asyncio.wait_for(call, timeout) if timeout else call)
-                except Exception as exc:
-                    if method in CONTROL_METHODS:
-                        raise RpcError(
-                            f"{method} failed on {where}: {type(exc).__name__}: {exc}"
-                        ) from exc
-                    if isinstance(exc, TimeoutError):
-                        value = {
-                            "supported": False,
-                            "error": f"TimeoutError: {method} timed out after {timeout}s",
-                        }
-                    else:
-                        value = {"supported": False, "error": f"{type(exc).__name__}: {exc}"}
-                results.append(value)
-        return results
-
-    # ------------------------------------------------------------------------------------------
-    # abort
-    # ------------------------------------------------------------------------------------------
-    async def abort(self, request_ids: list[str], reason: str = "abort") -> AbortResult:
-        """Abort requests (parent ids, child ids or companion ids); unknown ids are ignored.
-
-        The physical abort on every replica that holds a request happens first; only if all of
-        them succeeded is the request's state dropped and its abort outputs emitted.
-        """
-        ids = list(request_ids)
-        ids.extend(self.hooks.expand_abort(ids, self))
-        runs: dict[str, RunState] = {}
-        for rid in ids:
-            parent = self.parents.get(rid)
-            if parent is not None:
-                for run_id in sorted(parent.live):
-                    self._collect_runs(self.runs[run_id], runs)
-            elif rid in self.runs:
-                self._collect_runs(self.runs[rid], runs)
-        if not runs:
-            return AbortResult(success=True)
-        error = await self._physical_abort(list(runs.values()))
-        if error is not None:
-            return AbortResult(success=False, error=error)
-        outputs = []
-        for run in runs.values():
-            if run.terminal or not run.visible:
-                continue
-            outputs.extend(self._abort_outputs(run, reason))
-            self._terminate_run(run, reason, None)
-        for run in runs.values():  # companions of surviving parents
-            if not run.terminal:
-                self._terminate_run(run, reason, None)
-        return AbortResult(success=True, outputs=outputs)
-
-    def _collect_runs(self, run: RunState, into: dict[str, RunState]) -> None:
-        into[run.run_id] = run
-        for companion in run.companions:
-            if not companion.terminal:
-                into[companion.run_id] = companion
-
-    async def _physical_abort(self, runs: list[RunState]) -> str | None:
-        groups: dict[tuple[int, int], list[tuple[RunState, Any]]] = {}
-        for run in runs:
-            for sid, sr in run.stages.items():
-                if sr.submitted and not sr.finished and not sr.aborted and sr.replica is not None:
-                    groups.setdefault((sid, sr.replica), []).append((run, sr))
-        errors = []
-        for (sid, replica), members in groups.items():
-            client = self.pools[sid].client(replica)
-            if client is not None:
-                try:
-                    await client.abort([run.run_id for run, _ in members])
-                except EngineDeadError:
-                    pass  # the replica is gone: nothing left to stop there
-                except Exception as exc:
-                    name = self.pools[sid].stage.name
-                    errors.append(f"stage '{name}' replica {replica}: {type(exc).__name__}: {exc}")
-                    continue
-            for _, sr in members:
-                sr.aborted = True
-        return "; ".join(errors) if errors else None
+        return await collective_rpc(self.pools, order, method, args, kwargs, stage_ids, timeout)
 
 
 async def _as_coroutine(awaitable: Awaitable[Any]) -> Any:
     return await awaitable
-
-
-async def _quiet(awaitable: Coroutine[Any, Any, Any]) -> None:
-    try:
-        await awaitable
-    except Exception:
-        logger.debug("ignored error while closing a dead replica", exc_info=True)

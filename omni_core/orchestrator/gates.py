@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from omni_core.plugin.hooks import PluginHost
+    from omni_core.views import OrchestratorPort, RequestView
 
 Transform = Callable[[Any], Any]
 
@@ -36,11 +37,13 @@ class Verdict:
 OPEN = Verdict()
 
 
-def ask_gates(hooks: PluginHost, run_id: str, stage_id: int, orchestrator: Any) -> Verdict | None:
-    """The combined verdict of every gate on forwarding ``run_id`` to ``stage_id``; None: held."""
+def ask_gates(
+    hooks: PluginHost, run: RequestView, stage_id: int, port: OrchestratorPort
+) -> Verdict | None:
+    """The combined verdict of every gate on forwarding ``run`` to ``stage_id``; None: held."""
     if not hooks.has_forward_gates:
         return OPEN
-    gates = hooks.forward_gates(run_id, stage_id, orchestrator)
+    gates = hooks.forward_gates(run.run_id, run, stage_id, port)
     if any(gate.defer for _, gate in gates):
         return None
     keyed: list[tuple[int, str, int, Transform]] = [

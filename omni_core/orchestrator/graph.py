@@ -27,6 +27,7 @@ class StageGraph:
         self.stream_sources = frozenset(
             e.stage for s in config.stages for e in s.inputs if e.mode == "stream"
         )
+        self.stage_names = {sid: st.name for sid, st in pipeline.stages.items()}
         self.stage_info = {
             sid: (st.name, st.config.final_output_type) for sid, st in pipeline.stages.items()
         }

@@ -1,4 +1,8 @@
-"""Request state owned by the orchestrator loop (never touched from another thread)."""
+"""Request state owned by the orchestrator loop (never touched from another thread).
+
+Hooks see a run through :class:`omni_core.views.RequestView` and a stage run through
+:class:`omni_core.views.StageState`; these classes satisfy them as they are (no copy).
+"""
 
 from __future__ import annotations
 
@@ -58,6 +62,11 @@ class RunState:
     terminal: bool = False
     tags: dict[str, Any] = field(default_factory=dict)
     stream_gates: dict[int, Any] | None = None  # stage id -> the gates' Verdict its chunks take
+
+    @property
+    def request_id(self) -> str:
+        """The caller's request id (its parent's)."""
+        return self.parent.request_id
 
     @property
     def visible(self) -> bool:

@@ -12,14 +12,16 @@ from omni_core.orchestrator.base import OrchestratorBase
 from omni_core.orchestrator.ids import caller_id_problem, child_id
 from omni_core.orchestrator.routing import unavailable
 from omni_core.orchestrator.state import ParentState, RunState
-from omni_core.outputs import ErrorInfo, OmniRequestOutput
+from omni_core.outputs import ErrorInfo
 from omni_core.sampling import SEED_MIN, SamplingParams
 
 logger = logging.getLogger(__name__)
 
 
 class Orchestrator(OrchestratorBase):
-    async def _dispatch_message(self, msg: EngineMessage) -> bool:
+    """Admits ``AddRequest``s: children, companions from ``omni_admit_request``, a deadline."""
+
+    async def dispatch_message(self, msg: EngineMessage) -> bool:
         if isinstance(msg, AddRequest):
             await self.admit(msg)
             return True
@@ -28,7 +30,7 @@ class Orchestrator(OrchestratorBase):
     async def admit(self, msg: AddRequest) -> None:
         """Register a request (children, companions: all or nothing) and submit it."""
         rid = msg.request_id
-        needed, finals = self.plan(msg.modalities)
+        needed, finals = self.graph.plan(msg.modalities)
         parent = ParentState(rid, msg.stream)
         problem = self._id_problem(rid)
         if problem is not None:
@@ -38,7 +40,7 @@ class Orchestrator(OrchestratorBase):
             if not self.pools[sid].has_live():
                 self._reject(parent, finals, unavailable(self.pools[sid].stage.name))
                 return
-        first = self.order[0]
+        first = self.graph.order[0]
         n = msg.params[first].n
         if n > self.settings.max_n:
             message = f"n={n}: at most {self.settings.max_n} parallel samples (OMNI_MAX_N)"
@@ -69,27 +71,27 @@ class Orchestrator(OrchestratorBase):
             if problem is not None:
                 self._reject(parent, finals, _bad_request(problem))
                 return
-        self.parents[rid] = parent
+        self.table.parents[rid] = parent
         for run, extra in zip(runs, companions, strict=True):
             self.register_run(run)
             for companion in extra:
                 self.register_run(companion)
         deadline = msg.params[first].deadline_s
         if deadline is not None:
-            parent.deadline = self.loop.call_later(deadline, self._on_deadline, rid)
+            self.terminals.arm_deadline(parent, deadline)
         for run in runs:
             if run.terminal:
                 continue
-            await self.start_run(run)
+            await self.router.start(run)
             for companion in run.companions:
                 if not companion.terminal:
-                    await self.start_run(companion)
+                    await self.router.start(companion)
 
     def _id_problem(self, rid: str) -> str | None:
         """Why a caller's id cannot be admitted: in flight as a request or as any run (a child,
         a companion), or not a caller's id (the engine refuses those before; this keeps the
         tables sound for any caller of the orchestrator)."""
-        if rid in self.parents or rid in self.runs:
+        if self.table.holds(rid):
             return f"request id '{rid}' is already in flight"
         return caller_id_problem(rid)
 
@@ -102,7 +104,7 @@ class Orchestrator(OrchestratorBase):
         ids.extend(c.run_id for extra in companions for c in extra)
         seen: set[str] = set()
         for run_id in ids:
-            if run_id in seen or run_id in self.runs or run_id in self.parents:
+            if run_id in seen or self.table.holds(run_id):
                 return (
                     f"request id '{rid}': its internal run id '{run_id}' is already in flight "
                     "(choose another request id)"
@@ -116,10 +118,11 @@ class Orchestrator(OrchestratorBase):
         made: list[RunState] = []
         for admission in self.hooks.admit_request(
             request_id=run.run_id,
+            request=run,
             prompt=run.prompt,
             pipeline=self.pipeline.config,
             params=run.params,
-            orchestrator=self,
+            port=self.port,
         ):
             run.tags.update(admission.tags)
             for spec in admission.companions:
@@ -135,7 +138,7 @@ class Orchestrator(OrchestratorBase):
                             f"companion '{spec.suffix}': final_stage {spec.final_stage} is not "
                             "a stage of this request"
                         )
-                    needed, finals = self.plan_until(spec.final_stage)
+                    needed, finals = self.graph.plan_until(spec.final_stage)
                 companion = self.new_run(
                     run.run_id + spec.suffix,
                     run.parent,
@@ -153,19 +156,8 @@ class Orchestrator(OrchestratorBase):
         return made
 
     def _reject(self, parent: ParentState, finals: tuple[int, ...], error: ErrorInfo) -> None:
-        stage = self.pipeline.stages[finals[-1]]
-        self.emitter.emit(
-            parent.stream,
-            OmniRequestOutput(
-                request_id=parent.request_id,
-                stage_id=stage.id,
-                stage_name=stage.name,
-                output_type=stage.config.final_output_type,
-                finished=True,
-                finish_reason="error",
-                error=error,
-            ),
-        )
+        """The one error terminal of a request refused before admission."""
+        self.terminals.emit_error(parent, 0, finals[-1], error)
 
 
 def _bad_request(message: str) -> ErrorInfo:

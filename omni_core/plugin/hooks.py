@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from omni_core.config.settings import OmniSettings
     from omni_core.outputs import ErrorInfo, StageOutput
     from omni_core.plugin.manager import OmniPluginManager
+    from omni_core.views import OrchestratorPort, RequestView
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
@@ -241,73 +242,99 @@ class PluginHost:
         return [admission for _, admission in pairs]
 
     def intercept_stage_output(
-        self, request_id: str, stage_id: int, output: StageOutput, orchestrator: Any
+        self,
+        request_id: str,
+        request: RequestView,
+        stage_id: int,
+        output: StageOutput,
+        port: OrchestratorPort,
     ) -> bool:
         return bool(
             self._hook("omni_intercept_stage_output")(
-                request_id=request_id, stage_id=stage_id, output=output, orchestrator=orchestrator
+                request_id=request_id, request=request, stage_id=stage_id, output=output, port=port
             )
         )
 
     def forward_gates(
-        self, request_id: str, stage_id: int, orchestrator: Any
+        self, request_id: str, request: RequestView, stage_id: int, port: OrchestratorPort
     ) -> list[tuple[str, ForwardGate]]:
         """``(plugin name, gate)`` of every impl that returned one, in pluggy's call order."""
         return self.results_by_plugin(
-            "omni_forward_gate", request_id=request_id, stage_id=stage_id, orchestrator=orchestrator
+            "omni_forward_gate",
+            request_id=request_id,
+            request=request,
+            stage_id=stage_id,
+            port=port,
         )
 
-    def expand_abort(self, request_ids: list[str], orchestrator: Any) -> list[str]:
+    def expand_abort(self, request_ids: list[str], port: OrchestratorPort) -> list[str]:
         extra: list[str] = []
-        for ids in self._hook("omni_expand_abort")(
-            request_ids=request_ids, orchestrator=orchestrator
-        ):
+        for ids in self._hook("omni_expand_abort")(request_ids=request_ids, port=port):
             extra.extend(ids or ())
         return extra
 
-    def background_tasks(self, orchestrator: Any) -> list[Callable[[], Awaitable[None]]]:
+    def background_tasks(self, port: OrchestratorPort) -> list[Callable[[], Awaitable[None]]]:
         tasks: list[Callable[[], Awaitable[None]]] = []
-        for factories in self._hook("omni_background_tasks")(orchestrator=orchestrator):
+        for factories in self._hook("omni_background_tasks")(port=port):
             tasks.extend(factories or ())
         return tasks
 
-    def shutdown_extensions(self, orchestrator: Any) -> list[Callable[[], Awaitable[None]]]:
+    def shutdown_extensions(self, port: OrchestratorPort) -> list[Callable[[], Awaitable[None]]]:
         shutdown = self._hook("omni_shutdown")
-        return [f for f in shutdown(orchestrator=orchestrator) if f is not None]
+        return [f for f in shutdown(port=port) if f is not None]
 
     # --- observers --------------------------------------------------------------------------------
     # Each is a no-op (no call, no kwargs) when no plugin implements the hook; otherwise one
     # pluggy call, in which a failing impl is logged and the next one still runs.
-    def request_admitted(self, request_id: str, orchestrator: Any) -> None:
+    def request_admitted(
+        self, request_id: str, request: RequestView, port: OrchestratorPort
+    ) -> None:
         if self._on_admitted is not None:
-            self._on_admitted(request_id=request_id, orchestrator=orchestrator)
+            self._on_admitted(request_id=request_id, request=request, port=port)
 
     def stage_submitted(
-        self, request_id: str, stage_id: int, replica: int, orchestrator: Any
+        self,
+        request_id: str,
+        request: RequestView,
+        stage_id: int,
+        replica: int,
+        port: OrchestratorPort,
     ) -> None:
         if self._on_submitted is not None:
             self._on_submitted(
                 request_id=request_id,
+                request=request,
                 stage_id=stage_id,
                 replica=replica,
-                orchestrator=orchestrator,
+                port=port,
             )
 
     def stage_output(
-        self, request_id: str, stage_id: int, output: StageOutput, orchestrator: Any
+        self,
+        request_id: str,
+        request: RequestView,
+        stage_id: int,
+        output: StageOutput,
+        port: OrchestratorPort,
     ) -> None:
         if self._on_output is not None:
             self._on_output(
-                request_id=request_id, stage_id=stage_id, output=output, orchestrator=orchestrator
+                request_id=request_id, request=request, stage_id=stage_id, output=output, port=port
             )
 
     def request_terminal(
-        self, request_id: str, finish_reason: str, error: ErrorInfo | None, orchestrator: Any
+        self,
+        request_id: str,
+        request: RequestView,
+        finish_reason: str,
+        error: ErrorInfo | None,
+        port: OrchestratorPort,
     ) -> None:
         if self._on_terminal is not None:
             self._on_terminal(
                 request_id=request_id,
+                request=request,
                 finish_reason=finish_reason,
                 error=error,
-                orchestrator=orchestrator,
+                port=port,
             )

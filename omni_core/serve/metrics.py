@@ -84,6 +84,7 @@ class OmniMetrics:
         self._admitted: dict[str, float] = {}
         self._stages: dict[tuple[str, int], list[float]] = {}  # submit, first, finish
         self._names: dict[int, str] = {}
+        self._inputs: dict[int, tuple[int, ...]] = {}  # stage id -> the stages feeding it
         self._finished_at: dict[tuple[str, int], tuple[float, int]] = {}
 
     def count_usage(self, usage: dict[str, Any]) -> None:
@@ -95,20 +96,24 @@ class OmniMetrics:
 
     # --- hooks (orchestrator thread) ----------------------------------------------------------
     @hookimpl
-    def omni_request_admitted(self, request_id: str, orchestrator: Any) -> None:
+    def omni_request_admitted(self, request_id: str, port: Any) -> None:
         if not self._names:
-            self._names = {sid: s.name for sid, s in orchestrator.pipeline.stages.items()}
+            stages = port.pipeline.stages
+            self._names = {sid: s.name for sid, s in stages.items()}
+            self._inputs = {
+                sid: tuple(e.stage for e in s.config.inputs) for sid, s in stages.items()
+            }
         self._admitted[request_id] = time.monotonic()
         self.inflight.inc()
 
     @hookimpl
-    def omni_stage_submitted(self, request_id: str, stage_id: int, orchestrator: Any) -> None:
+    def omni_stage_submitted(self, request_id: str, stage_id: int) -> None:
         now = time.monotonic()
         self._stages[(request_id, stage_id)] = [now, 0.0, 0.0]
-        for edge in orchestrator.inputs.get(stage_id, ()):
-            done = self._finished_at.get((request_id, edge.stage))
+        for source in self._inputs.get(stage_id, ()):
+            done = self._finished_at.get((request_id, source))
             if done is not None:
-                label = f"{self._names.get(edge.stage)}->{self._names.get(stage_id)}"
+                label = f"{self._names.get(source)}->{self._names.get(stage_id)}"
                 self.edge.labels(label).observe(now - done[0])
                 self.edge_tokens.labels(label).inc(done[1])
 

@@ -52,30 +52,28 @@ class OmniTracing:
         self._stage_ids: set[int] = set()
 
     @hookimpl
-    def omni_request_admitted(self, request_id: str, orchestrator: Any) -> None:
+    def omni_request_admitted(self, request_id: str, request: Any, port: Any) -> None:
         span = self.tracer.start_span(
             "omni.request",
             attributes={
                 "omni.request_id": request_id,
-                "omni.pipeline": orchestrator.pipeline.config.name,
+                "omni.pipeline": port.pipeline.config.name,
             },
         )
         self._roots[request_id] = span
-        run = orchestrator.runs.get(request_id)
-        if run is not None:  # carried into stage processes with every stage request
-            carrier: dict[str, str] = {}
-            self._propagator.inject(carrier, context=self._trace.set_span_in_context(span))
-            run.tags["trace_context"] = carrier
+        # Carried into stage processes with every stage request. Core-internal: the run's tags
+        # are a dict (plugins see them read-only and set them through Admission.tags).
+        carrier: dict[str, str] = {}
+        self._propagator.inject(carrier, context=self._trace.set_span_in_context(span))
+        request.tags["trace_context"] = carrier
 
     @hookimpl
-    def omni_stage_submitted(
-        self, request_id: str, stage_id: int, replica: int, orchestrator: Any
-    ) -> None:
+    def omni_stage_submitted(self, request_id: str, stage_id: int, replica: int, port: Any) -> None:
         root = self._roots.get(request_id)
         if root is None:
             return
         context = self._trace.set_span_in_context(root)
-        name = orchestrator.pipeline.stages[stage_id].name
+        name = port.pipeline.stages[stage_id].name
         self._stage_ids.add(stage_id)
         self._stages[(request_id, stage_id)] = self.tracer.start_span(
             f"omni.stage.{name}",

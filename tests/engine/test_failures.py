@@ -109,7 +109,7 @@ async def test_orchestrator_death_releases_every_caller(make_engine):
     for gen in gens:
         await gen.__anext__()
     orchestrator = engine._runtime.orchestrator
-    orchestrator.loop.call_soon_threadsafe(orchestrator._fatal, RuntimeError("boom"))
+    orchestrator.loop.call_soon_threadsafe(orchestrator.tasks.fatal, RuntimeError("boom"))
     for gen in gens:
         with pytest.raises(EngineDeadError, match="boom"):
             async with asyncio.timeout(5):

@@ -33,7 +33,7 @@ def ordering_plugin(events: list, engines: list):
                 (
                     "stage_shutdown",
                     runtime.router._fatal is not None,
-                    runtime.orchestrator._stop.is_set(),
+                    runtime.orchestrator.tasks.stop.is_set(),
                 )
             )
             await super().shutdown()
@@ -51,7 +51,7 @@ def ordering_plugin(events: list, engines: list):
         ]
 
     @hookimpl
-    def omni_shutdown(orchestrator):
+    def omni_shutdown(port):
         async def extension():
             events.append(("extension", engines[0]._runtime.router._fatal is not None))
 

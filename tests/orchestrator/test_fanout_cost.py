@@ -56,7 +56,7 @@ def counted(make_engine, omni_settings, monkeypatch):
     )
     engine = make_engine(PIPE, settings=omni_settings.model_copy(update={"max_n": 1000}))
     orchestrator = engine._runtime.orchestrator
-    orchestrator.runs = CountingDict()
+    orchestrator.table.runs = orchestrator.router.runs = CountingDict()
     for pool in orchestrator.pools.values():
         pool.bound = [CountingSet() for _ in pool.bound]
     return engine

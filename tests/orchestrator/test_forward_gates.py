@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import types
+from types import SimpleNamespace
 
 from omni_core import PLUGIN_API_VERSION, hookimpl
 from omni_core.config.settings import OmniSettings
@@ -27,9 +28,9 @@ def gate_plugin(state: dict) -> types.ModuleType:
     module.OMNI_PLUGIN_API_VERSION = PLUGIN_API_VERSION
 
     @hookimpl
-    def omni_forward_gate(request_id, stage_id, orchestrator):
+    def omni_forward_gate(request_id, stage_id, port):
         state["asked"].append((request_id, stage_id))
-        state["orchestrator"] = orchestrator
+        state["port"] = port
         if state["hold"]:
             return ForwardGate(defer=True)
         return ForwardGate(transform=state["transform"])
@@ -69,8 +70,8 @@ async def test_a_held_stream_edge_buffers_until_released(make_engine, fake_entry
     assert down_state["total_outputs"] == 0 and not task.done()  # nothing reached the talker
     assert state["asked"] == [("r", 1)]  # asked once; held chunks do not ask again
     state["hold"] = False
-    orchestrator = state["orchestrator"]
-    orchestrator.loop.call_soon_threadsafe(orchestrator.release_forward, "r", 1)
+    port = state["port"]
+    port.loop.call_soon_threadsafe(port.release_forward, "r", 1)
     outs = await asyncio.wait_for(task, 10)
     assert state["asked"] == [("r", 1), ("r", 1)]  # asked again at the release
     # everything buffered while held goes as one closed input, through the transform
@@ -92,9 +93,12 @@ def transform_plugin(name: str, mark: int, order: int = 0) -> tuple[str, types.M
     return name, module
 
 
+RUN = SimpleNamespace(run_id="r")  # what the gates are asked about (a RequestView)
+
+
 def composed(*plugins: tuple[str, types.ModuleType]) -> list[int]:
     host = PluginHost.create(OmniSettings(), load_entry_points=False, extra_plugins=list(plugins))
-    verdict = ask_gates(host, "r", 1, None)
+    verdict = ask_gates(host, RUN, 1, None)
     assert verdict is not None
     return verdict.apply([0])
 
@@ -121,7 +125,7 @@ def test_one_deferring_gate_holds_the_forward_and_extra_sources_are_collected():
     extra = plugin("extra", ForwardGate(extra_sources=("x",)))
     held = plugin("held", ForwardGate(defer=True))
     host = PluginHost.create(OmniSettings(), load_entry_points=False, extra_plugins=[extra, held])
-    assert ask_gates(host, "r", 1, None) is None
+    assert ask_gates(host, RUN, 1, None) is None
     host = PluginHost.create(OmniSettings(), load_entry_points=False, extra_plugins=[extra])
-    verdict = ask_gates(host, "r", 1, None)
+    verdict = ask_gates(host, RUN, 1, None)
     assert verdict is not None and verdict.extra_sources == ("x",) and verdict.apply(5) == 5

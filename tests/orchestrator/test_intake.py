@@ -140,14 +140,14 @@ async def test_clients_that_only_pull_are_read_by_a_reader(fake_entry_points, ma
     for i, got in enumerate(outs):
         thinker, _, vocoder = chain(f"p{i}", ("thinker", 4), ("talker", 6), ("vocoder", 3))
         assert by_stage(got) == {"thinker": thinker, "vocoder": vocoder}
-    assert set(engine._runtime.orchestrator._readers) == {(0, 0), (1, 0), (2, 0)}
+    assert set(engine._runtime.orchestrator.replicas.readers) == {(0, 0), (1, 0), (2, 0)}
 
 
 async def test_in_process_clients_push(make_engine):
     engine = make_engine(CHAIN)
     orchestrator = engine._runtime.orchestrator
     assert isinstance(orchestrator.pools[0].client(0), PushingStageClient)
-    assert orchestrator._readers == {}
+    assert orchestrator.replicas.readers == {}
     assert len(await collect(engine, "x")) == 7
 
 

@@ -35,23 +35,23 @@ def seam_plugin(log: dict):
         log.setdefault("submitted", []).append((request_id, stage_id, replica))
 
     @hookimpl
-    def omni_forward_gate(request_id, stage_id, orchestrator):
+    def omni_forward_gate(request_id, stage_id, port):
         if request_id.endswith("-side"):
             return None
-        side = orchestrator.runs.get(request_id + "-side")
+        side = port.request(request_id + "-side")
         if side is not None and not side.stages[0].finished:
             log["deferred"] = log.get("deferred", 0) + 1
-            log["orchestrator"] = orchestrator
+            log["port"] = port
             return ForwardGate(defer=True)
         return ForwardGate(transform=lambda tokens: list(reversed(tokens)))
 
     @hookimpl
-    def omni_request_terminal(request_id, orchestrator):
+    def omni_request_terminal(request_id, port):
         if request_id.endswith("-side"):
             parent = request_id.removesuffix("-side")
-            run = orchestrator.runs.get(parent)
+            run = port.request(parent)
             if run is not None and run.stages[1].deferred:
-                orchestrator.release_forward(parent, 1)
+                port.release_forward(parent, 1)
 
     for name, value in list(locals().items()):
         if name.startswith("omni_"):

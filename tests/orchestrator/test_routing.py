@@ -184,10 +184,10 @@ async def test_a_subclass_looking_at_outputs_gets_every_stage_streamed(monkeypat
     talker_outputs: list[int] = []
 
     class Watching(Orchestrator):
-        def _intercept_stage_output(self, run, stage_id, output):
+        def intercept_stage_output(self, run, stage_id, output):
             if stage_id == 1:
                 talker_outputs.append(stage_id)
-            return super()._intercept_stage_output(run, stage_id, output)
+            return False
 
     class Engine(AsyncOmniEngine):
         def _create_orchestrator(self, **kwargs):

@@ -109,7 +109,7 @@ def test_old_style_hookwrapper_wraps_every_observer_call():
         ("obs", plugin("obs", omni_request_terminal=observe)),
         ("wrap", plugin("wrap", omni_request_terminal=omni_request_terminal)),
     )
-    host.request_terminal("r1", "stop", None, orchestrator=None)
+    host.request_terminal("r1", None, "stop", None, port=None)
     assert calls == ["before r1", "observer r1 stop", "after r1 ok=True"]
 
 
@@ -158,7 +158,7 @@ def test_an_observer_failing_first_is_logged_and_the_next_still_runs(caplog):
         ("wrap", plugin("wrap", omni_request_admitted=wrapped)),
     )
     with caplog.at_level(logging.ERROR):
-        host.request_admitted("r1", orchestrator=None)
+        host.request_admitted("r1", None, port=None)
     assert seen == ["r1", "wrapper saw []"]
     assert "plugin 'bad' failed in omni_request_admitted" in caplog.text
     assert "observer bug" in caplog.text
@@ -177,12 +177,12 @@ def test_observer_notifications_go_through_pluggy_and_cost_no_call_when_unimplem
         host.pm.add_hookcall_monitoring(
             lambda name, impls, kwargs: calls.append(name), lambda *a: None
         )
-    bare.stage_output("r1", 0, output=None, orchestrator=None)  # type: ignore[arg-type]
-    bare.request_terminal("r1", "stop", None, orchestrator=None)
+    bare.stage_output("r1", None, 0, output=None, port=None)  # type: ignore[arg-type]
+    bare.request_terminal("r1", None, "stop", None, port=None)
     assert calls == []
     assert not bare.has_output_observers
-    observed.stage_output("r1", 0, output=None, orchestrator=None)  # type: ignore[arg-type]
-    observed.request_terminal("r1", "stop", None, orchestrator=None)
+    observed.stage_output("r1", None, 0, output=None, port=None)  # type: ignore[arg-type]
+    observed.request_terminal("r1", None, "stop", None, port=None)
     assert calls == ["omni_request_terminal"]
 
 
@@ -201,7 +201,9 @@ def test_admission_failure_names_the_plugin_that_raised():
         ("strict", plugin("strict", omni_admit_request=refuses)),
     )
     with pytest.raises(PluginError, match="plugin 'strict' rejected the request: ValueError"):
-        host.admit_request(request_id="r1", prompt="x", pipeline=None, params={}, orchestrator=None)
+        host.admit_request(
+            request_id="r1", request=None, prompt="x", pipeline=None, params={}, port=None
+        )
 
 
 def test_admission_of_the_wrong_type_names_the_plugin_that_returned_it():
@@ -218,7 +220,9 @@ def test_admission_of_the_wrong_type_names_the_plugin_that_returned_it():
         ("wrong", plugin("wrong", omni_admit_request=wrong)),
     )
     with pytest.raises(PluginError, match="plugin 'wrong': omni_admit_request returned str"):
-        host.admit_request(request_id="r1", prompt="x", pipeline=None, params={}, orchestrator=None)
+        host.admit_request(
+            request_id="r1", request=None, prompt="x", pipeline=None, params={}, port=None
+        )
 
 
 # --- tracing ------------------------------------------------------------------------------------------

@@ -19,15 +19,19 @@ class CountingDict(dict):
 
 def test_terminal_cleans_its_own_entries_without_scanning_the_others():
     metrics = OmniMetrics()
-    stages = {0: SimpleNamespace(name="thinker"), 1: SimpleNamespace(name="talker")}
-    orchestrator = SimpleNamespace(pipeline=SimpleNamespace(stages=stages), inputs={})
+    no_inputs = SimpleNamespace(inputs=[])
+    stages = {
+        0: SimpleNamespace(name="thinker", config=no_inputs),
+        1: SimpleNamespace(name="talker", config=no_inputs),
+    }
+    port = SimpleNamespace(pipeline=SimpleNamespace(stages=stages))
     metrics._stages = CountingDict()
     metrics._finished_at = CountingDict()
     ids = [f"{i}_parent" for i in range(500)]
     for rid in ids:
-        metrics.omni_request_admitted(rid, orchestrator)
+        metrics.omni_request_admitted(rid, port)
         for sid in stages:
-            metrics.omni_stage_submitted(rid, sid, orchestrator)
+            metrics.omni_stage_submitted(rid, sid)
             metrics.omni_stage_output(
                 rid, sid, StageOutput(request_id=rid, token_ids=[1], finished=True)
             )

@@ -171,7 +171,7 @@ def plugin() -> types.ModuleType:
 
     @hookimpl
     def omni_admit_request(
-        request_id: str, prompt: Any, pipeline: Any, params: Any, orchestrator: Any
+        request_id: str, prompt: Any, pipeline: Any, params: Any, port: Any
     ) -> None:
         if not KIT.admit:
             return

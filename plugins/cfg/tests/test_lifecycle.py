@@ -12,6 +12,7 @@ import random
 import sys
 import time
 import types
+from types import SimpleNamespace
 
 import omni_cfg.plugin as cfg_plugin
 import pytest
@@ -62,7 +63,7 @@ def submitted(fake_entry_points):
 
 
 def tracker(engine):
-    return cfg_plugin.tracker_of(engine._runtime.orchestrator)
+    return cfg_plugin.tracker_of(engine._runtime.orchestrator.port)
 
 
 def assert_clean(engine):
@@ -243,7 +244,7 @@ async def test_parent_abort_expands_to_live_companions(submitted, make_engine):
     hang = {"encoder": {"extra": {"scripted": {"hang_after": 1}}}}  # parent and companion hang
     task = asyncio.ensure_future(collect(engine, "x", request_id="p", sampling_params=hang))
     await wait_for(lambda: engine.request_tables()["bindings"] == 2)
-    expanded = cfg_plugin.omni_expand_abort(["p"], engine._runtime.orchestrator)
+    expanded = cfg_plugin.omni_expand_abort(["p"], engine._runtime.orchestrator.port)
     assert list(expanded) == ["p#cfg-neg"]
     result = await engine.abort_async("p")
     outs = await task
@@ -281,7 +282,8 @@ async def test_duplicate_completion_is_idempotent(submitted, make_engine):
     dup = StageOutput(request_id="p#cfg-neg", token_ids=[1], finished=True, finish_reason="stop")
 
     async def duplicate():
-        cfg_plugin.omni_intercept_stage_output("p#cfg-neg", 0, dup, orchestrator)
+        companion = SimpleNamespace(run_id="p#cfg-neg", stages={})  # ended: no longer held
+        cfg_plugin.omni_intercept_stage_output(companion, 0, dup, orchestrator.port)
         return t.deliver("p#cfg-neg", object())
 
     fut = asyncio.run_coroutine_threadsafe(duplicate(), orchestrator.loop)

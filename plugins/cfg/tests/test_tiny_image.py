@@ -38,7 +38,7 @@ def pixels(engine, scale, negative):
 
 
 def test_negative_prompt_reaches_the_denoiser_only_when_guided(image_engine):
-    guided = cfg_plugin.tracker_of(image_engine._runtime.orchestrator)
+    guided = cfg_plugin.tracker_of(image_engine._runtime.orchestrator.port)
     assert guided is not None  # tiny-image is guided as soon as the plugin is installed
     assert (pixels(image_engine, 3.0, "dark blur") != pixels(image_engine, 3.0, "sharp")).any()
     assert (pixels(image_engine, 1.0, "dark blur") == pixels(image_engine, 1.0, "sharp")).all()

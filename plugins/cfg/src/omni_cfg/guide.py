@@ -1,8 +1,9 @@
 """``Guide``: CFG for one orchestrator — admission, gate, delivery, terminals and the reaper.
 
 Everything here runs on the orchestrator's loop (the hooks that call it fire there), so it needs
-no locks. It uses only the core's public seams: ``Admission``/``Companion``, ``ForwardGate``,
-``orchestrator.release_forward``, ``orchestrator.fail_run`` and ``orchestrator.spawn``.
+no locks. It uses only the core's public API: ``Admission``/``Companion``, ``ForwardGate``, the
+hooks' request views and the port's ``request``, ``release_forward``,
+``fail``, ``spawn`` and ``loop``.
 """
 
 from __future__ import annotations
@@ -18,10 +19,9 @@ from omni_core.outputs import ErrorInfo
 from omni_core.plugin.types import Admission, Companion, ForwardGate
 
 if TYPE_CHECKING:
-    from omni_core.orchestrator.base import OrchestratorBase
-    from omni_core.orchestrator.state import RunState
     from omni_core.outputs import StageOutput
     from omni_core.sampling import SamplingParams
+    from omni_core.views import OrchestratorPort, RequestView
 
 logger = logging.getLogger(__name__)
 
@@ -33,8 +33,8 @@ def companion_suffix(role: str) -> str:
 
 
 class Guide:
-    def __init__(self, orchestrator: OrchestratorBase, section: CfgSection, target: Target):
-        self.orchestrator = orchestrator
+    def __init__(self, port: OrchestratorPort, section: CfgSection, target: Target):
+        self.port = port
         self.section = section
         self.target = target
         self.tracker = Tracker()
@@ -85,7 +85,7 @@ class Guide:
         except Exception as exc:
             raise CfgError(f"request '{request_id}': {exc}") from None
 
-    def admitted(self, run: RunState) -> None:
+    def admitted(self, run: RequestView) -> None:
         """Register a parent (its tag lists its companions) or one of its companions."""
         tag = run.tags.get(SECTION)
         if not isinstance(tag, dict):
@@ -104,18 +104,15 @@ class Guide:
             self.tracker.register_companion(run.run_id, tag["parent"])
 
     # --- delivery and the gate ----------------------------------------------------------------
-    def on_output(self, request_id: str, stage_id: int, output: StageOutput) -> None:
+    def on_output(self, request: RequestView, stage_id: int, output: StageOutput) -> None:
         """Only a companion's finished output of its last stage is its processed output."""
         if stage_id != self.target.source or not output.finished or output.error is not None:
             return
-        if self.tracker.parent_of(request_id) is None:
+        if self.tracker.parent_of(request.run_id) is None:
             return
-        run = self.orchestrator.runs.get(request_id)
-        if run is None:
-            return
-        parent_id = self.tracker.deliver(request_id, run.stages[stage_id].result)
+        parent_id = self.tracker.deliver(request.run_id, request.stages[stage_id].result)
         if parent_id is not None:
-            self.orchestrator.release_forward(parent_id, self.target.stage)
+            self.port.release_forward(parent_id, self.target.stage)
 
     def gate(self, request_id: str, stage_id: int) -> ForwardGate | None:
         if stage_id != self.target.stage:
@@ -124,7 +121,7 @@ class Guide:
         if bundle is None:
             return None
         if not bundle.complete:
-            if self.tracker.defer(request_id, self.orchestrator.loop.time()):
+            if self.tracker.defer(request_id, self.port.loop.time()):
                 self._wake.set()
             logger.debug("cfg: %s deferred, waiting for %s", request_id, bundle.missing)
             return ForwardGate(defer=True)
@@ -136,19 +133,22 @@ class Guide:
         bundle = self.tracker.bundles.get(request_id)
         if bundle is None or not bundle.complete:
             raise CfgError(f"request '{request_id}': its guidance bundle was lost")
-        stage = self.orchestrator.pipeline.stages[self.target.stage]
-        run = self.orchestrator.runs[request_id]
-        conditionings = [{"tokens": _tokens(prompt), "weight": bundle.parent_weight}]
+        stage = self.port.pipeline.stages[self.target.stage]
+        run = self.port.request(request_id)
+        if run is None:
+            raise CfgError(f"request '{request_id}' ended while its guidance was combined")
+        conditionings = [conditioning(prompt, bundle.parent_weight)]
         for companion_id, role in bundle.roles.items():
-            tokens = _tokens(
-                stage.bridge([bundle.outputs[companion_id]], None, run.params[self.target.stage])
+            item = conditioning(
+                stage.bridge([bundle.outputs[companion_id]], None, run.params[self.target.stage]),
+                bundle.weights[role],
             )
-            if not tokens:
+            if not item.get("tokens", True):
                 raise CfgError(
                     f"request '{request_id}': lost bundle: companion '{companion_id}' delivered "
                     "no usable output"
                 )
-            conditionings.append({"tokens": tokens, "weight": bundle.weights[role]})
+            conditionings.append(item)
         return {"conditionings": conditionings}
 
     # --- terminals ----------------------------------------------------------------------------
@@ -181,19 +181,15 @@ class Guide:
         self.tracker.cleanup_parent(request_id)
 
     def _fail(self, parent_id: str, error: ErrorInfo) -> None:
-        run = self.orchestrator.runs.get(parent_id)
+        run = self.port.request(parent_id)
         if run is not None and not run.terminal:
-            self.orchestrator.spawn(self._fail_now(run, error), name="omni-cfg-fail")
-
-    async def _fail_now(self, run: RunState, error: ErrorInfo) -> None:
-        await self.orchestrator.fail_run(run, self.target.stage, error)
-        self.orchestrator.emitter.flush()
+            self.port.spawn(self.port.fail(parent_id, self.target.stage, error), "omni-cfg-fail")
 
     # --- the reaper ---------------------------------------------------------------------------
     async def reaper(self) -> None:
         """Fail parents deferred past their deadline. Sleeps until the next deadline or until a
         new one is armed; never polls."""
-        loop = self.orchestrator.loop
+        loop = self.port.loop
         while True:
             self._wake.clear()
             deadline = self.tracker.next_deadline()
@@ -212,12 +208,13 @@ class Guide:
 
     async def _expire(self, parent_id: str) -> None:
         bundle = self.tracker.bundles.get(parent_id)
-        run = self.orchestrator.runs.get(parent_id)
+        run = self.port.request(parent_id)
         if bundle is None or run is None or run.terminal:
             return
         logger.warning("cfg: %s timed out waiting for %s", parent_id, bundle.missing)
-        await self._fail_now(
-            run,
+        await self.port.fail(
+            parent_id,
+            self.target.stage,
             ErrorInfo(
                 type="CfgTimeoutError",
                 message=f"request '{parent_id}': guidance companions {bundle.missing} did not "
@@ -227,6 +224,15 @@ class Guide:
                 retryable=True,
             ),
         )
+
+
+def conditioning(prompt: Any, weight: float) -> dict[str, Any]:
+    """One weighted conditioning from a bridge's output: token ids (``{"tokens": [...]}``), or the
+    fields of a bridge that gives a mapping (e.g. ``{"prompt_embeds": array}``: a stage guided
+    on embeddings, such as omni-qwen-image's ``diffusers`` kind)."""
+    if isinstance(prompt, dict) and "conditionings" not in prompt and "weight" not in prompt:
+        return {**prompt, "weight": weight}
+    return {"tokens": _tokens(prompt), "weight": weight}
 
 
 def _tokens(prompt: Any) -> list[int]:

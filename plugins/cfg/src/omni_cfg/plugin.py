@@ -1,8 +1,9 @@
 """The hook implementations omni-core loads (entry point ``cfg`` → this module).
 
 Cheap to import: it is imported whenever a plugin manager is built. One :class:`Guide` per
-orchestrator holds the state; an orchestrator whose pipeline is not guided gets none, and every
-hook returns at once for it.
+orchestrator (per :class:`~omni_core.views.OrchestratorPort`) holds the state; an orchestrator
+whose pipeline is not guided gets none, and every hook returns at once for it. Only the public
+API: the hooks' ``request`` views and ``port``.
 """
 
 from __future__ import annotations
@@ -19,42 +20,41 @@ if TYPE_CHECKING:
     from omni_cfg.guide import Guide
     from omni_cfg.tracker import Tracker
     from omni_core.config.pipeline import PipelineConfig
-    from omni_core.orchestrator.base import OrchestratorBase
     from omni_core.outputs import ErrorInfo, StageOutput
     from omni_core.sampling import SamplingParams
-    from omni_core.views import PipelineView
+    from omni_core.views import OrchestratorPort, PipelineView, RequestView
 
 OMNI_PLUGIN_API_VERSION = 1
 
-_guides: weakref.WeakKeyDictionary[OrchestratorBase, Guide | None] = weakref.WeakKeyDictionary()
+_guides: weakref.WeakKeyDictionary[OrchestratorPort, Guide | None] = weakref.WeakKeyDictionary()
 
 
-def guide_of(orchestrator: OrchestratorBase) -> Guide | None:
+def guide_of(port: OrchestratorPort) -> Guide | None:
     """The orchestrator's Guide, built on first use; None when its pipeline is not guided.
 
     A pipeline is guided when its ``cfg:`` section is enabled, or when it has no ``cfg:`` section
     and one ``diffusion`` stage with one ``on_finish`` input (defaults apply).
     """
     try:
-        return _guides[orchestrator]
+        return _guides[port]
     except KeyError:
         pass
     from omni_cfg.guide import Guide
 
-    config = orchestrator.pipeline.config
-    section = orchestrator.pipeline.sections.get(SECTION)
+    config = port.pipeline.config
+    section = port.pipeline.sections.get(SECTION)
     guide = None
     if section is None or isinstance(section, CfgSection):
         section = section or CfgSection()
         target = guided_target(config, section.stage, strict=False) if section.enabled else None
         if target is not None:
-            guide = Guide(orchestrator, section, target)
-    _guides[orchestrator] = guide
+            guide = Guide(port, section, target)
+    _guides[port] = guide
     return guide
 
 
-def tracker_of(orchestrator: OrchestratorBase) -> Tracker | None:
-    guide = guide_of(orchestrator)
+def tracker_of(port: OrchestratorPort) -> Tracker | None:
+    guide = guide_of(port)
     return guide.tracker if guide is not None else None
 
 
@@ -88,57 +88,52 @@ def omni_applies_to(pipeline: PipelineView) -> bool:
 
 # --- request lifecycle ------------------------------------------------------------------------
 @hookimpl
-def omni_background_tasks(
-    orchestrator: OrchestratorBase,
-) -> Iterable[Callable[[], Awaitable[None]]]:
-    guide = guide_of(orchestrator)
+def omni_background_tasks(port: OrchestratorPort) -> Iterable[Callable[[], Awaitable[None]]]:
+    guide = guide_of(port)
     return [guide.reaper] if guide is not None else []
 
 
 @hookimpl
 def omni_admit_request(
-    request_id: str, params: dict[int, SamplingParams], orchestrator: OrchestratorBase
+    request_id: str, params: dict[int, SamplingParams], port: OrchestratorPort
 ) -> Admission | None:
-    guide = guide_of(orchestrator)
+    guide = guide_of(port)
     return guide.admit(request_id, params) if guide is not None else None
 
 
 @hookimpl
-def omni_request_admitted(request_id: str, orchestrator: OrchestratorBase) -> None:
-    guide = guide_of(orchestrator)
-    run = orchestrator.runs.get(request_id)
-    if guide is not None and run is not None:
-        guide.admitted(run)
+def omni_request_admitted(request: RequestView, port: OrchestratorPort) -> None:
+    guide = guide_of(port)
+    if guide is not None:
+        guide.admitted(request)
 
 
 @hookimpl
 def omni_intercept_stage_output(
-    request_id: str, stage_id: int, output: StageOutput, orchestrator: OrchestratorBase
+    request: RequestView, stage_id: int, output: StageOutput, port: OrchestratorPort
 ) -> Any:
-    guide = guide_of(orchestrator)
+    guide = guide_of(port)
     if guide is not None:
-        guide.on_output(request_id, stage_id, output)
+        guide.on_output(request, stage_id, output)
     return None  # never consumes: the companion's run finishes normally
 
 
 @hookimpl
-def omni_forward_gate(
-    request_id: str, stage_id: int, orchestrator: OrchestratorBase
-) -> ForwardGate | None:
-    guide = guide_of(orchestrator)
+def omni_forward_gate(request_id: str, stage_id: int, port: OrchestratorPort) -> ForwardGate | None:
+    guide = guide_of(port)
     return guide.gate(request_id, stage_id) if guide is not None else None
 
 
 @hookimpl
-def omni_expand_abort(request_ids: list[str], orchestrator: OrchestratorBase) -> Iterable[str]:
-    guide = guide_of(orchestrator)
+def omni_expand_abort(request_ids: list[str], port: OrchestratorPort) -> Iterable[str]:
+    guide = guide_of(port)
     return guide.abort_targets(request_ids) if guide is not None else ()
 
 
 @hookimpl
 def omni_request_terminal(
-    request_id: str, finish_reason: str, error: ErrorInfo | None, orchestrator: OrchestratorBase
+    request_id: str, finish_reason: str, error: ErrorInfo | None, port: OrchestratorPort
 ) -> None:
-    guide = guide_of(orchestrator)
+    guide = guide_of(port)
     if guide is not None:
         guide.terminal(request_id, finish_reason, error)

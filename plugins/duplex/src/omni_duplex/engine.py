@@ -70,13 +70,13 @@ class DuplexOmniEngine(OmniEngineBase):
         """A new session (``session.created`` is its first event)."""
         sid = f"duplex-{uuid.uuid4().hex}"
         stream = RequestStream(sid, asyncio.get_running_loop())
-        self._runtime.streams[sid] = stream
+        self.track_stream(sid, stream)
         key = ("duplex", uuid.uuid4().hex)
         msg = OpenSession(session_id=sid, rpc_key=key, config=dict(config or {}), stream=stream)
         try:
             result = await self._control(key, msg, sid, timeout)
         except BaseException:
-            self._runtime.streams.pop(sid, None)
+            self.untrack_stream(sid, stream)
             raise
         return DuplexSession(self, sid, stream, result)
 
@@ -102,7 +102,7 @@ class DuplexOmniEngine(OmniEngineBase):
             stream=stream,
         )
         result = await self._control(key, msg, session_id, timeout)
-        self._runtime.streams[session_id] = stream
+        self.track_stream(session_id, stream)
         return DuplexSession(self, session_id, stream, result)
 
     async def touch_session(
@@ -119,7 +119,7 @@ class DuplexOmniEngine(OmniEngineBase):
         self, key: tuple[str, str], msg: Any, session_id: str, timeout: float | None
     ) -> ControlResult:
         try:
-            result = await self._call(key, msg, CONTROL_TIMEOUT_S if timeout is None else timeout)
+            result = await self.call(key, msg, CONTROL_TIMEOUT_S if timeout is None else timeout)
         except TimeoutError:
             raise DuplexError(
                 "timeout",
@@ -146,10 +146,7 @@ class DuplexOmniEngine(OmniEngineBase):
         if not isinstance(command, Command):
             raise DuplexError("invalid_command", f"not a command: {type(command).__name__}")
         try:
-            self._runtime.check_alive()
-            accepted = self._runtime.inbox.put_nowait(
-                SessionCommand(session_id=session_id, command=command)
-            )
+            accepted = self.post(SessionCommand(session_id=session_id, command=command))
         except EngineDeadError as exc:
             raise DuplexError("engine_dead", str(exc), session_id=session_id) from None
         if not accepted:
@@ -161,7 +158,7 @@ class DuplexOmniEngine(OmniEngineBase):
             )
 
     def session_count(self) -> int:
-        orchestrator = self._runtime.orchestrator
+        orchestrator = self.orchestrator
         return (
             len(orchestrator.sessions.sessions)
             if isinstance(orchestrator, DuplexOrchestrator)
@@ -203,8 +200,7 @@ class DuplexSession:
             raise item
         if item.terminal:
             self.closed = True
-            if self.engine._runtime.streams.get(self.id) is stream:
-                del self.engine._runtime.streams[self.id]
+            self.engine.untrack_stream(self.id, stream)
         return item
 
     async def events(self) -> AsyncIterator[DuplexEvent]:

@@ -70,7 +70,6 @@ class SessionManager:
             self._control(msg.rpc_key, msg.session_id, lambda: self._resume(msg))
         elif isinstance(msg, TouchSession):
             self._control(msg.rpc_key, msg.session_id, lambda: self._touch(msg))
-        self.orch.emitter.flush()
 
     def _control(self, key: Any, session_id: str, op: Any) -> None:
         try:
@@ -120,11 +119,12 @@ class SessionManager:
                 retryable=True,
             )
         config = parse_session_config({**self.section.session_defaults, **(msg.config or {})})
-        for pool in self.orch.pools.values():
-            if not pool.has_live():
+        port = self.orch.port
+        for stage_id, stage in port.pipeline.stages.items():
+            if not port.has_live_replica(stage_id):
                 raise DuplexError(
                     "stage_unavailable",
-                    f"stage '{pool.stage.name}' has no live replica",
+                    f"stage '{stage.name}' has no live replica",
                     retryable=True,
                 )
         runner = SessionRunner(self, sid, config, msg.stream)
@@ -258,7 +258,6 @@ class SessionManager:
                         self._timers[sid] = self.orch.loop.call_later(
                             self.section.cleanup_retry_s, self._wake_for, sid
                         )
-            self.orch.emitter.flush()
 
     def _reap(self, session_id: str) -> None:
         runner = self.sessions.get(session_id)

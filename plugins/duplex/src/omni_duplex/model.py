@@ -19,10 +19,10 @@ from omni_core.errors import ConfigError, PluginConflictError, PluginError
 from omni_duplex.config import WIRE_SAMPLE_RATE
 
 if TYPE_CHECKING:
-    from omni_core.config.resolve import ResolvedPipeline
+    from omni_core import PluginHost
     from omni_core.outputs import OmniRequestOutput
-    from omni_core.plugin.hooks import PluginHost
     from omni_core.sampling import SamplingParams
+    from omni_core.views import PipelineView
 
     from omni_duplex.config import DuplexSection, SessionConfig
 
@@ -71,7 +71,7 @@ class DuplexModel(ABC):
     name: str = ""
     input_sample_rate: int = 16_000
 
-    def validate_pipeline(self, pipeline: ResolvedPipeline) -> list[str]:
+    def validate_pipeline(self, pipeline: PipelineView) -> list[str]:
         """Problems (one line each) that keep this pipeline from serving sessions."""
         return []
 
@@ -105,7 +105,7 @@ class TinyOmniModel(DuplexModel):
     name = "tiny-omni"
     input_sample_rate = 16_000
 
-    def validate_pipeline(self, pipeline: ResolvedPipeline) -> list[str]:
+    def validate_pipeline(self, pipeline: PipelineView) -> list[str]:
         finals = {
             s.config.final_output_type for s in pipeline.stages.values() if s.config.final_output
         }
@@ -156,7 +156,7 @@ class DuplexModelSpec:
     """A registered model plug: ``factory(pipeline, section)`` builds it for one engine."""
 
     name: str
-    factory: Callable[[ResolvedPipeline, DuplexSection], DuplexModel]
+    factory: Callable[[PipelineView, DuplexSection], DuplexModel]
     description: str = ""
 
 
@@ -179,7 +179,7 @@ def registered_models(host: PluginHost) -> dict[str, DuplexModelSpec]:
     return {name: spec for name, (_, spec) in found.items()}
 
 
-def load_model(host: PluginHost, pipeline: ResolvedPipeline, section: DuplexSection) -> DuplexModel:
+def load_model(host: PluginHost, pipeline: PipelineView, section: DuplexSection) -> DuplexModel:
     specs = registered_models(host)
     spec = specs.get(section.model)
     where = f"{pipeline.config.source}: section 'duplex', field 'model'"

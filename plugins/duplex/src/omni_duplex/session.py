@@ -125,9 +125,9 @@ class SessionRunner:
                 return
             # ended while detached: the last stream gets what it missed, then the terminal
             for missed in self.journal:
-                self.orch.emitter.emit(self.stream, missed)
+                self.orch.port.emit(self.stream, missed)
             self.journal = None
-        self.orch.emitter.emit(self.stream, event)
+        self.orch.port.emit(self.stream, event)
 
     def error(
         self, code: str, message: str, *, retryable: bool = False, event_id: Any = None
@@ -139,7 +139,7 @@ class SessionRunner:
         self.stream = stream
         journal, self.journal = self.journal, None
         for event in journal or ():
-            self.orch.emitter.emit(stream, event)
+            self.orch.port.emit(stream, event)
 
     def detach(self) -> None:
         if self.journal is None:
@@ -165,8 +165,6 @@ class SessionRunner:
             except Exception as exc:
                 logger.exception("duplex session %s failed on %s", self.id, type(item).__name__)
                 self.error("internal_error", f"{type(exc).__name__}: {exc}")
-            finally:
-                self.orch.emitter.flush()
 
     async def _apply(self, cmd: P.Command) -> None:
         if isinstance(cmd, P.AppendAudio):
@@ -299,7 +297,7 @@ class SessionRunner:
             list(self.turns),
             list(self.history),
             dict(self.manager.default_params),
-            {sid: s.name for sid, s in self.orch.pipeline.stages.items()},
+            {sid: s.name for sid, s in self.orch.port.pipeline.stages.items()},
         )
         plan = self.model.plan_response(context)
         for turn in self.turns:
@@ -377,7 +375,6 @@ class SessionRunner:
         assert resp is not None
         self._finish(resp, "cancelled", reason)
         self.epoch += 1
-        self.orch.emitter.flush()
         if resp.run_id in self.live_runs and not await self.orch.abort_session_runs([resp.run_id]):
             self.error("cancel_failed", "the stage requests could not be aborted", retryable=True)
 
