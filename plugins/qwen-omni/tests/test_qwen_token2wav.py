@@ -5,8 +5,8 @@ ops and noise). Relative to the peak because the tiny checkpoint's random BigVGA
 peaking at ~4e-7, so an absolute 1e-3 would hold for any two of them. "Different" means
 max |Δ| > 10 · 1e-3 · peak, ten times the parity tolerance (the tiny vocoder mutes its input:
 another voice moves the waveform by ~2 % of its peak and the mel by 10 %; another seed by ~40 %).
-The engine is driven in-process through its WorkerEngine protocol, and once in a real process
-replica (``python -m omni_core.stage.worker`` with the engine's factory).
+The engine is driven in-process through its WorkerEngine protocol, and in a real process replica
+as a ``kind: torch`` stage of a pipeline.
 """
 
 from __future__ import annotations
@@ -225,34 +225,43 @@ def test_request_scoped_worker_answers_400_for_an_unknown_voice(engine):
     assert engine.plane.take(outs["y"].payload.samples).shape == (4 * SAMPLES_PER_CODE,)
 
 
-def test_in_a_process_replica(tiny_qwen, hf, tmp_path):
-    """The engine in its own OS process (the stage worker), outputs through the data plane."""
-    from omni_core.stage.process import ProcessStageClient
+def test_a_torch_stage_in_a_process_replica(qwen_cache, hf):
+    """``kind: torch`` with this engine: its own OS process, the registered model resolved, the
+    waveform through the data plane, a bad voice a 400 for that request only."""
+    from omni_core import AsyncOmniEngine, OmniSettings, PipelineConfig
+    from omni_core.plugin.hooks import PluginHost
 
-    config = {
-        "factory": "omni_qwen.token2wav:build",
-        "model": str(tiny_qwen),
-        "threads": 1,
-        "options": {},
+    stage = {
+        "id": 0,
+        "name": "token2wav",
+        "kind": "torch",
+        "engine_args": {
+            "engine": "omni_qwen.token2wav:build",
+            "model": "tiny-qwen2.5-omni",
+            "threads": 1,
+            "output": "whole",
+        },
+        "final_output": True,
     }
+    config = PipelineConfig.from_dict({"name": "token2wav", "stages": [stage]})
+    settings = OmniSettings(cache_dir=qwen_cache, startup_timeout_s=300.0, disable_plugins=["cfg"])
+    engine = AsyncOmniEngine(config, settings=settings, plugins=PluginHost.create(settings))
 
-    async def go() -> dict[str, Any]:
-        client = ProcessStageClient("token2wav", config, log_path=tmp_path / "worker.log")
-        await client.start()
-        try:
-            await client.add_request(request("a", CODES[:20], seed=5, streaming=True))
-            await client.add_request(request("n", CODES[:4], voice="Nobody"))
-            await client.add_input("a", CODES[20:], final=True)
-            outs: dict[str, Any] = {}
-            while len(outs) < 2:
-                for out in await asyncio.wait_for(client.get_outputs(), 60):
-                    outs[out.request_id] = out
-            return outs
-        finally:
-            await client.shutdown()
+    async def go(voice: str) -> list[Any]:
+        params = {"token2wav": {"seed": 5, "extra": {"voice": voice}}}
+        return [out async for out in engine.generate(CODES, sampling_params=params)]
 
-    outs = asyncio.run(go())
-    assert outs["n"].error.status_code == 400 and "Nobody" in outs["n"].error.message
-    audio = outs["a"].payload
-    assert outs["a"].token_ids == CODES and audio.sample_rate == SAMPLE_RATE
-    assert close(audio.samples, reference(hf, CODES, 5, "Chelsie"))
+    async def both() -> tuple[list[Any], list[Any]]:
+        return await asyncio.gather(go("Ethan"), go("Nobody"))
+
+    try:
+        good, bad = asyncio.run(both())
+    finally:
+        engine.shutdown()
+    assert bad[-1].finish_reason == "error" and bad[-1].error.status_code == 400
+    assert "Nobody" in bad[-1].error.message
+    out = good[-1]
+    assert out.finished and out.error is None and out.token_ids == CODES
+    audio = out.payload
+    assert isinstance(audio, AudioChunk) and audio.sample_rate == SAMPLE_RATE
+    assert close(audio.samples, reference(hf, CODES, 5, "Ethan"))
