@@ -33,7 +33,6 @@ from omni_core.plugin import hookspec
 
 if TYPE_CHECKING:
     from omni_core.config.pipeline import PipelineConfig
-    from omni_core.config.resolve import ResolvedPipeline
     from omni_core.outputs import ErrorInfo, StageOutput
     from omni_core.plugin.types import (
         Admission,
@@ -49,7 +48,7 @@ if TYPE_CHECKING:
         StageKind,
     )
     from omni_core.sampling import SamplingParams
-    from omni_core.views import OrchestratorPort, RequestView
+    from omni_core.views import OrchestratorPort, PipelineView, RequestView
 
 # --------------------------------------------------------------------------------------------
 # Registration (main process; each registry is collected the first time a PluginHost uses it —
@@ -145,7 +144,7 @@ def omni_register_benchmarks() -> Iterable[Benchmark]:
 
 
 @hookspec
-def omni_applies_to(pipeline: ResolvedPipeline) -> bool | None:
+def omni_applies_to(pipeline: PipelineView) -> bool | None:
     """Say whether this plugin takes part in ``pipeline``'s requests (its per-pipeline hooks:
     admission, output interception, forward gates, abort expansion, background tasks, shutdown
     work and the observers below).
@@ -154,8 +153,8 @@ def omni_applies_to(pipeline: ResolvedPipeline) -> bool | None:
     hook caller), only when the pipeline does not already use the plugin (``requires_plugins``,
     a config section, stage kind, bridge or engine kind it registered). True: it takes part;
     False or None: it does not. A plugin without this hook that registers nothing a pipeline
-    can use takes part in every pipeline. ``pipeline`` is read-only (``config``, ``stages``,
-    ``sections``). See :mod:`omni_core.plugin.scope`.
+    can use takes part in every pipeline. ``pipeline``: the resolved pipeline, read-only. See
+    :mod:`omni_core.plugin.scope`.
     """
 
 
