@@ -145,6 +145,8 @@ def test_bad_options_are_a_config_error(tiny_qwen):
         build({"model": str(tiny_qwen), "threads": 1, "options": {"num_steps": 1}})
     with pytest.raises(ConfigError, match=r"engine_args\.options\.steps"):
         build({"model": str(tiny_qwen), "threads": 1, "options": {"steps": 4}})
+    with pytest.raises(ConfigError, match=r"options\.voice: unknown voice 'Nobody'; available"):
+        build({"model": str(tiny_qwen), "threads": 1, "options": {"voice": "Nobody"}})
 
 
 def test_a_missing_checkpoint_is_a_load_error(tmp_path):
@@ -161,6 +163,12 @@ def test_unknown_voice_is_refused_in_add(engine):
     with pytest.raises(ValueError, match=r"'Nobody'.*available: Chelsie, Ethan"):
         engine.add(request("v", CODES, voice="Nobody"))
     assert not engine.has_work() and "v" not in engine.requests
+
+
+def test_the_default_voice_is_an_option(tiny_qwen, engine):
+    ethan = build({"model": str(tiny_qwen), "threads": 1, "options": {"voice": "Ethan"}})
+    assert np.array_equal(voice(ethan, CODES[:8]), voice(engine, CODES[:8], voice="Ethan"))
+    assert np.array_equal(voice(ethan, CODES[:8], voice="Chelsie"), voice(engine, CODES[:8]))
 
 
 def test_bad_codes_are_refused(engine):

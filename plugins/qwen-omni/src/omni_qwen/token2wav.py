@@ -13,8 +13,9 @@ array). As ``generate()`` does with the talker's output, the codes are cut at th
 and the utterance may hold at most ``dit.max_position_embeddings / dit.repeats`` codes. With
 ``streaming_input`` the codes arrive in chunks (``add_input``); they are buffered and the utterance
 is synthesized once the input is final. ``params.extra["voice"]``: a speaker of ``spk_dict.pt``
-(default ``"Chelsie"``). Bad input (unknown voice, out-of-range id, too long) raises
-:class:`~omni_core.errors.RequestError` (a ``ValueError``: the worker answers 400).
+(default ``options.voice``, ``"Chelsie"``; it must be the talker's voice too). Bad input (unknown
+voice, out-of-range id, too long) raises :class:`~omni_core.errors.RequestError` (a
+``ValueError``: the worker answers 400).
 
 **Whole-utterance decoding.** The DiT attends block-wise (``block_size`` mel frames; one block
 ahead and one or two behind on a few layers), but its flow ODE chains 4 evaluations per RK4
@@ -82,6 +83,7 @@ class Token2WavOptions(BaseModel):
     stop_codes: list[int] | None = Field(
         default=None, description="codes that end the utterance; None: the talker's pad and end"
     )
+    voice: str = Field(default=DEFAULT_VOICE, description="speaker when a request names none")
 
 
 @dataclass
@@ -118,6 +120,10 @@ class Token2WavEngine(TorchStageEngine):
         self.model, checkpoint = load_token2wav(model_dir)
         self.speakers: dict[str, dict[str, Any]] = load_speakers(model_dir)
         self.load_s = time.perf_counter() - started
+        if self.options.voice not in self.speakers:
+            raise ConfigError(
+                [f"engine_args.options.voice: {self._unknown_voice(self.options.voice)}"]
+            )
         dit = self.model.config.dit_config
         self.max_code = dit.num_embeds  # the codec table has num_embeds + 1 rows
         self.max_codes = dit.max_position_embeddings // dit.repeats
@@ -147,11 +153,10 @@ class Token2WavEngine(TorchStageEngine):
         if rid in self.requests:
             raise RequestError(f"token2wav: request {rid!r} is already running")
         params = request.params
-        voice = params.extra.get("voice", DEFAULT_VOICE)
+        voice = params.extra.get("voice", self.options.voice)
         if not isinstance(voice, str) or voice not in self.speakers:
             raise RequestError(
-                f"token2wav: unknown voice {voice!r} (sampling_params.extra.voice); "
-                f"available: {', '.join(sorted(self.speakers))}",
+                f"token2wav: {self._unknown_voice(voice)} (sampling_params.extra.voice)",
                 param="voice",
             )
         seed = params.seed
@@ -193,6 +198,9 @@ class Token2WavEngine(TorchStageEngine):
         except Exception as exc:  # this request's own failure: it ends, the others go on
             logger.warning("request %s failed in token2wav", rid, exc_info=True)
             return [error_output(rid, exc, self.request_errors)]
+
+    def _unknown_voice(self, voice: Any) -> str:
+        return f"unknown voice {voice!r}; available: {', '.join(sorted(self.speakers))}"
 
     # -- synthesis ---------------------------------------------------------------------------
 
