@@ -1,0 +1,293 @@
+"""Engine of a ``diffusers`` stage process: Qwen-Image's MMDiT, scheduler and VAE from diffusers.
+
+The replica loads a ``QwenImagePipeline`` folder without its text encoder and tokenizer (the
+prompt arrives encoded, from the upstream stage) and runs the pipeline's denoising loop itself,
+one denoising step per engine step for every running sample, so an abort lands between steps (a
+whole-sample retry: no partial image). Each sample has its own scheduler; its latents come from
+the pipeline's ``prepare_latents`` with a generator seeded by the request's seed, so an image
+equals ``QwenImagePipeline(prompt_embeds=..., generator=torch.Generator().manual_seed(seed))``.
+
+A prompt is ``{"prompt_embeds": [L, D] array}`` (optionally ``"negative_prompt_embeds"``: true
+CFG at the stage's ``true_cfg_scale``), or weighted conditionings
+``{"conditionings": [{"prompt_embeds": ..., "weight": w}, ...]}`` (what omni-cfg hands over; the
+first is the request's own): their predictions are combined as ``Σ w_i ε_i`` (for two,
+``ε_neg + s (ε_pos - ε_neg)`` as the pipeline writes it) and rescaled to the norm of the
+request's own prediction — Qwen-Image's true CFG with norm rescaling.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omni_core.errors import RequestError
+from omni_core.kinds.worker_base import TorchStageEngine
+from omni_core.outputs import StageOutput
+from omni_core.stage.worker import error_output
+from omni_qwen_image.kind import SECTION, DiffusersArgs, DiffusersOptions
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Sample:
+    latents: Any
+    conds: list[tuple[Any, float]]  # (embeds [1, L, D], weight); the request's own first
+    scheduler: Any
+    timesteps: Any
+    height: int
+    width: int
+    preview: int | None
+    k: int = 0
+
+
+class DiffusersEngine(TorchStageEngine):
+    kind = "diffusers"
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        import torch
+        from diffusers import QwenImagePipeline
+        from diffusers.utils import logging as df_logging
+
+        from omni_core.stage.dataplane import default_plane
+
+        self.args = DiffusersArgs.model_validate(config["args"])
+        torch.set_num_threads(self.args.threads)
+        df_logging.set_verbosity_error()
+        df_logging.disable_progress_bar()
+        self.torch = torch
+        self.dtype = getattr(torch, self.args.dtype)
+        model = Path(config["model"])
+        self.pipe = QwenImagePipeline.from_pretrained(
+            str(model), text_encoder=None, tokenizer=None, dtype=self.dtype
+        )
+        self.pipe.set_progress_bar_config(disable=True)
+        self.hidden_size = int(self.pipe.transformer.config.joint_attention_dim)
+        self.plane = default_plane()
+        self.samples: dict[str, Sample] = {}
+
+    # --- requests -------------------------------------------------------------------------------
+    def add(self, request: Any) -> None:
+        torch = self.torch
+        params = request.params
+        options = request_options(params.extra)
+        steps = options.steps or self.args.steps
+        height = options.height or self.args.height
+        width = options.width or self.args.width
+        scale = _pick(options.true_cfg_scale, self.args.true_cfg_scale)
+        conds = self.conditionings(request.prompt, scale)
+        _check_guidance(params.extra, request.prompt)
+        seed = params.seed if params.seed is not None else self.args.seed
+        generator = torch.Generator().manual_seed(int(seed))
+        channels = self.pipe.transformer.config.in_channels // 4
+        latents = self.pipe.prepare_latents(
+            1, channels, height, width, self.dtype, "cpu", generator
+        )
+        scheduler, timesteps = self.schedule(steps, latents.shape[1])
+        preview = _pick(options.preview_every, self.args.preview_every)
+        self.samples[request.request_id] = Sample(
+            latents, conds, scheduler, timesteps, height, width, preview or None
+        )
+
+    def conditionings(self, prompt: Any, scale: float) -> list[tuple[Any, float]]:
+        """The prompt's conditionings as (embeds, weight); zero weights left out."""
+        if not isinstance(prompt, dict):
+            raise RequestError(
+                f"a diffusers stage takes prompt embeddings ({{'prompt_embeds': array}}, e.g. "
+                f"from a pooling vllm stage through the 'prompt-embeds' bridge), not "
+                f"{type(prompt).__name__}",
+                param="prompt",
+            )
+        if "conditionings" in prompt:
+            items = prompt["conditionings"]
+            if not isinstance(items, list) or not items:
+                raise RequestError("conditionings: a non-empty list", param="conditionings")
+            conds = []
+            for i, item in enumerate(items):
+                where = f"conditionings[{i}]"
+                if not isinstance(item, dict) or "prompt_embeds" not in item:
+                    raise RequestError(
+                        f"{where}: needs 'prompt_embeds' (token ids cannot condition this stage)",
+                        param=where,
+                    )
+                weight = item.get("weight", 1.0)
+                if isinstance(weight, bool) or not isinstance(weight, int | float):
+                    raise RequestError(f"{where}.weight: a number, not {weight!r}", param=where)
+                conds.append((self.embeds(item["prompt_embeds"], where), float(weight)))
+            return [c for i, c in enumerate(conds) if i == 0 or c[1] != 0.0]
+        if "prompt_embeds" not in prompt:
+            raise RequestError("prompt: needs 'prompt_embeds' or 'conditionings'", param="prompt")
+        conds = [(self.embeds(prompt["prompt_embeds"], "prompt_embeds"), 1.0)]
+        negative = prompt.get("negative_prompt_embeds")
+        if negative is not None and scale > 1:  # the pipeline's do_true_cfg
+            neg = self.embeds(negative, "negative_prompt_embeds")
+            conds = [(conds[0][0], scale), (neg, 1.0 - scale)]
+        return conds
+
+    def embeds(self, array: Any, where: str) -> Any:
+        torch = self.torch
+        try:
+            tensor = torch.as_tensor(array)
+        except Exception as exc:
+            raise RequestError(f"{where}: not an array ({exc})", param=where) from None
+        if tensor.dim() == 3 and tensor.shape[0] == 1:
+            tensor = tensor[0]
+        if tensor.dim() != 2 or tensor.shape[0] < 1 or tensor.shape[1] != self.hidden_size:
+            raise RequestError(
+                f"{where}: shape {tuple(tensor.shape)}, expected [tokens, {self.hidden_size}]",
+                param=where,
+            )
+        if not tensor.is_floating_point() or not bool(torch.isfinite(tensor).all()):
+            raise RequestError(f"{where}: finite floats expected", param=where)
+        return tensor.to(self.dtype)[None]
+
+    def schedule(self, steps: int, image_seq_len: int) -> tuple[Any, Any]:
+        """A fresh scheduler with the pipeline's sigmas and resolution-dependent shift."""
+        import numpy as np
+        from diffusers.pipelines.qwenimage.pipeline_qwenimage import (
+            calculate_shift,
+            retrieve_timesteps,
+        )
+
+        scheduler = type(self.pipe.scheduler).from_config(self.pipe.scheduler.config)
+        config = scheduler.config
+        mu = calculate_shift(
+            image_seq_len,
+            config.get("base_image_seq_len", 256),
+            config.get("max_image_seq_len", 4096),
+            config.get("base_shift", 0.5),
+            config.get("max_shift", 1.15),
+        )
+        sigmas = np.linspace(1.0, 1 / steps, steps)
+        timesteps, _ = retrieve_timesteps(scheduler, steps, "cpu", sigmas=sigmas, mu=mu)
+        scheduler.set_begin_index(0)
+        return scheduler, timesteps
+
+    def add_input(self, request_id: str, prompt: Any, final: bool) -> None:
+        raise NotImplementedError("a diffusers stage takes its whole input at once")
+
+    def abort(self, request_ids: list[str]) -> None:
+        for rid in request_ids:
+            self.samples.pop(rid, None)
+
+    def has_work(self) -> bool:
+        return bool(self.samples)
+
+    # --- stepping -------------------------------------------------------------------------------
+    def step(self) -> list[StageOutput]:
+        outputs = []
+        with self.torch.no_grad():
+            for rid, sample in list(self.samples.items()):
+                try:
+                    out = self._step_one(rid, sample)
+                except Exception as exc:  # this request's own failure: it ends, the others go on
+                    del self.samples[rid]
+                    outputs.append(error_output(rid, exc))
+                    continue
+                if out is not None:
+                    outputs.append(out)
+                    if out.finished:
+                        del self.samples[rid]
+        return outputs
+
+    def predict(self, sample: Sample, embeds: Any, t: Any) -> Any:
+        vae_scale = self.pipe.vae_scale_factor
+        shape = (1, sample.height // vae_scale // 2, sample.width // vae_scale // 2)
+        timestep = t.expand(sample.latents.shape[0]).to(sample.latents.dtype)
+        return self.pipe.transformer(
+            hidden_states=sample.latents,
+            timestep=timestep / 1000,
+            guidance=None,
+            encoder_hidden_states_mask=None,
+            encoder_hidden_states=embeds,
+            img_shapes=[[shape]],
+            attention_kwargs={},
+            return_dict=False,
+        )[0]
+
+    def guided(self, sample: Sample, t: Any) -> Any:
+        """The conditionings' predictions combined, rescaled to the request's own norm."""
+        torch = self.torch
+        preds = [(self.predict(sample, embeds, t), w) for embeds, w in sample.conds]
+        if len(preds) == 1 and preds[0][1] == 1.0:
+            return preds[0][0]
+        own = preds[0][0]
+        if len(preds) == 2 and preds[0][1] + preds[1][1] == 1.0:
+            neg, scale = preds[1][0], preds[0][1]
+            comb = neg + scale * (own - neg)
+        else:
+            comb = sum(w * p for p, w in preds)
+        own_norm = torch.norm(own, dim=-1, keepdim=True)
+        return comb * (own_norm / torch.norm(comb, dim=-1, keepdim=True))
+
+    def _step_one(self, rid: str, sample: Sample) -> StageOutput | None:
+        from omni_core.media import Image
+
+        t = sample.timesteps[sample.k]
+        noise = self.guided(sample, t)
+        sigma = sample.scheduler.sigmas[sample.scheduler.step_index or 0]
+        before = sample.latents
+        sample.latents = sample.scheduler.step(noise, t, before, return_dict=False)[0]
+        sample.k += 1
+        done = sample.k >= len(sample.timesteps)
+        preview = sample.preview is not None and sample.k % sample.preview == 0
+        if not (done or preview):
+            return None
+        latents = sample.latents if done else before - sigma * noise  # preview: x0 estimate
+        pixels = self.decode(latents, sample.height, sample.width)
+        uint8 = (pixels * 255).round().astype("uint8")  # as diffusers' numpy_to_pil
+        return StageOutput(
+            request_id=rid,
+            payload=Image(self.plane.put(uint8)),
+            finished=done,
+            finish_reason="stop" if done else None,
+        )
+
+    def decode(self, latents: Any, height: int, width: int) -> Any:
+        """Packed latents → float32 pixels [height, width, 3] in [0, 1] (the pipeline's decode)."""
+        torch, pipe = self.torch, self.pipe
+        vae = pipe.vae
+        x = pipe._unpack_latents(latents, height, width, pipe.vae_scale_factor).to(vae.dtype)
+        z = vae.config.z_dim
+        mean = torch.tensor(vae.config.latents_mean).view(1, z, 1, 1, 1).to(x.dtype)
+        std = 1.0 / torch.tensor(vae.config.latents_std).view(1, z, 1, 1, 1).to(x.dtype)
+        image = vae.decode(x / std + mean, return_dict=False)[0][:, :, 0]
+        return pipe.image_processor.postprocess(image, output_type="np")[0].astype("float32")
+
+
+def request_options(extra: dict[str, Any]) -> DiffusersOptions:
+    """``extra["diffusers"]``; a bad value is one 400 naming the field."""
+    from pydantic import ValidationError
+
+    try:
+        return DiffusersOptions.model_validate(extra.get(SECTION) or {})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = f"extra['{SECTION}']" + "".join(f".{x}" for x in first["loc"])
+        raise RequestError(f"{where}: {first['msg']}", param=where) from None
+
+
+def _check_guidance(extra: dict[str, Any], prompt: Any) -> None:
+    """Guidance asked for (``extra["cfg"]``) but no conditionings arrived: omni-cfg is not
+    installed, disabled, or does not guide this pipeline."""
+    cfg = extra.get("cfg")
+    if cfg is None or (isinstance(cfg, dict) and cfg.get("enabled") is False):
+        return
+    if isinstance(prompt, dict) and "conditionings" in prompt:
+        return
+    raise RequestError(
+        "extra['cfg']: guidance (a negative prompt, guidance_scale) needs the omni-cfg plugin "
+        "guiding this pipeline; it is not installed, disabled, or this pipeline has no cfg "
+        "section",
+        param="cfg",
+    )
+
+
+def _pick(value: Any, default: Any) -> Any:
+    return default if value is None else value
+
+
+def build(config: dict[str, Any]) -> DiffusersEngine:
+    return DiffusersEngine(config)

@@ -1,0 +1,90 @@
+"""The ``diffusers`` stage kind: its configuration and replica client (cheap to import).
+
+The engine (:mod:`omni_qwen_image.engine`) runs in the replica's process; nothing here imports
+torch or diffusers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from omni_core.kinds.vllm_kind import engine_process_client
+from omni_core.stage.client import StageContext
+from omni_core.stage.process import ProcessStageClient
+
+SECTION = "diffusers"  # a request's options: SamplingParams.extra["diffusers"]
+MULTIPLE = 16  # Qwen-Image's height and width: multiples of 2 * the VAE's scale factor (8)
+
+
+class DiffusersArgs(BaseModel):
+    """``engine_args`` of a ``diffusers`` stage."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(
+        default="tiny-qwen-image",
+        description="a QwenImagePipeline folder: a registered model's name (built on first "
+        "use) or a local path; its transformer, VAE and scheduler are loaded",
+    )
+    steps: int = Field(default=50, ge=1, description="denoising steps per sample")
+    height: int = Field(default=1024, ge=MULTIPLE, multiple_of=MULTIPLE, description="pixels")
+    width: int = Field(default=1024, ge=MULTIPLE, multiple_of=MULTIPLE, description="pixels")
+    true_cfg_scale: float = Field(
+        default=4.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="guidance scale for a prompt that carries its own negative_prompt_embeds "
+        "(guidance through omni-cfg takes the request's weights instead)",
+    )
+    preview_every: int | None = Field(
+        default=None, ge=1, description="stream a preview image every k steps (unset: none)"
+    )
+    dtype: str = Field(default="float32", description="torch dtype: float32 or bfloat16")
+    threads: int = Field(default=1, ge=1, description="torch threads of this replica")
+    seed: int = Field(default=0, description="noise seed when a request gives none")
+    env: dict[str, str] = Field(
+        default_factory=dict, description="environment variables of the replica's process"
+    )
+    start_timeout_s: float = Field(
+        default=600.0, description="seconds a replica may take to load before it counts as failed"
+    )
+
+    @model_validator(mode="after")
+    def _dtype(self) -> DiffusersArgs:
+        if self.dtype not in ("float32", "bfloat16"):
+            raise ValueError(f"dtype: {self.dtype!r} is not float32 or bfloat16")
+        return self
+
+
+class DiffusersOptions(BaseModel):
+    """A request's ``extra["diffusers"]`` (a pydantic ValidationError is a ValueError: 400)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    steps: int | None = Field(default=None, ge=1)
+    height: int | None = Field(default=None, ge=MULTIPLE, multiple_of=MULTIPLE)
+    width: int | None = Field(default=None, ge=MULTIPLE, multiple_of=MULTIPLE)
+    true_cfg_scale: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    preview_every: int | None = Field(default=None, ge=0, description="0: no previews")
+
+
+def make_diffusers_client(stage: Any, replica: int, context: StageContext) -> ProcessStageClient:
+    from omni_core.models import resolve_model
+
+    args = DiffusersArgs.model_validate(stage.engine_args)
+    config = {
+        "factory": "omni_qwen_image.engine:build",
+        "model": resolve_model(args.model, context.settings.cache_dir),
+        "args": args.model_dump(),
+    }
+    return engine_process_client(
+        stage,
+        replica,
+        context,
+        config,
+        args.threads,
+        env=args.env,
+        start_timeout_s=args.start_timeout_s,
+    )

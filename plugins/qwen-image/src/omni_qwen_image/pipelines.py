@@ -1,0 +1,77 @@
+"""The ``qwen-image`` pipeline: prompt → text encoder (vLLM pooling) → MMDiT + VAE (diffusers)."""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+from omni_core.config.pipeline import PipelineConfig
+from omni_qwen_image.build import ENCODER_DIR, PROMPT_TEMPLATE, TEMPLATE_PREFIX_TOKENS
+
+PIPELINE = "qwen-image"
+MAX_SEQUENCE_LENGTH = 512  # QwenImagePipeline's default max_sequence_length
+
+
+def encoder_engine_args(
+    model: str = "tiny-qwen-image", subfolder: str = ENCODER_DIR
+) -> dict[str, Any]:
+    """A ``vllm`` pooling stage: the templated prompt's final hidden states, the template's
+    prefix left out (what ``QwenImagePipeline.encode_prompt`` returns)."""
+    return {
+        "model": model,
+        "subfolder": subfolder,
+        "max_model_len": 1024 + TEMPLATE_PREFIX_TOKENS,
+        "pooling": {
+            "template": PROMPT_TEMPLATE,
+            "drop_prefix": TEMPLATE_PREFIX_TOKENS,
+            "max_length": MAX_SEQUENCE_LENGTH,
+        },
+    }
+
+
+def cfg_available() -> bool:
+    """Whether omni-cfg is installed and not disabled (its ``cfg:`` section is then known)."""
+    if importlib.util.find_spec("omni_cfg") is None:
+        return False
+    from omni_core.config.settings import OmniSettings
+
+    return "cfg" not in OmniSettings().disable_plugins
+
+
+def qwen_image_pipeline(
+    model: str = "tiny-qwen-image", steps: int = 4, size: int = 32
+) -> PipelineConfig:
+    """Tiny defaults (the tiny model: 32x32, 4 steps). Guidance is off unless a request asks
+    for it (``extra["cfg"]``: ``omni run qwen-image --negative-prompt ...``); with omni-cfg
+    missing such a request is refused (400)."""
+    config: dict[str, Any] = {
+        "name": PIPELINE,
+        "requires_plugins": ["qwen-image"],
+        "stages": [
+            {
+                "id": 0,
+                "name": "encoder",
+                "kind": "vllm",
+                "engine_args": encoder_engine_args(model),
+            },
+            {
+                "id": 1,
+                "name": "dit",
+                "kind": "diffusers",
+                "inputs": [0],
+                "bridge": "prompt-embeds",
+                "engine_args": {"model": model, "steps": steps, "height": size, "width": size},
+                "final_output": True,
+                "final_output_type": "image",
+            },
+        ],
+    }
+    if cfg_available():
+        config["cfg"] = {
+            "enabled": False,
+            "stage": "dit",
+            "guidance_scale": 4.0,
+            "negative_prompt": " ",
+            "timeout_s": 60,
+        }
+    return PipelineConfig.from_dict(config, source=f"<pipeline {PIPELINE} (omni-qwen-image)>")

@@ -1,0 +1,98 @@
+"""The hook implementations omni-core loads (entry point ``qwen-image`` -> this module).
+
+Cheap to import (a plugin manager imports it whenever one is built): the builder, diffusers,
+transformers and vLLM are imported only when a model is built or a stage starts.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from importlib import resources
+from typing import TYPE_CHECKING
+
+from omni_core import hookimpl
+from omni_core.plugin.types import Bridge, ModelSpec, PipelineSpec, StageKind
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from omni_core.config.pipeline import PipelineConfig
+
+OMNI_PLUGIN_API_VERSION = 1
+
+TINY_MODEL = "tiny-qwen-image"
+TINY_VERSION = "v1"  # bump whenever the builder's output changes (a new cache directory)
+
+
+def committed_checksums() -> dict[str, str]:
+    """SHA-256 of every file of the tiny checkpoint, as built here (``checksums.json``)."""
+    text = resources.files("omni_qwen_image").joinpath("checksums.json").read_text()
+    checksums: dict[str, str] = json.loads(text)
+    return checksums
+
+
+def _build_tiny(out: Path) -> None:
+    from omni_qwen_image.build import build
+
+    build(out)
+
+
+@hookimpl
+def omni_register_models() -> Iterable[ModelSpec]:
+    return [
+        ModelSpec(
+            TINY_MODEL,
+            _build_tiny,
+            TINY_VERSION,
+            committed_checksums(),
+            "Qwen-Image architecture at tiny sizes (Qwen2.5-VL text encoder + its Qwen2 export "
+            "for vLLM, MMDiT, VAE, scheduler), random weights from a fixed seed, ~13 MB",
+        )
+    ]
+
+
+@hookimpl
+def omni_register_stage_kinds() -> Iterable[StageKind]:
+    from omni_qwen_image.kind import DiffusersArgs, make_diffusers_client
+
+    return [
+        StageKind(
+            "diffusers",
+            make_diffusers_client,
+            DiffusersArgs,
+            "Qwen-Image's MMDiT + scheduler + VAE (diffusers) on prompt embeddings, one "
+            "denoising step per engine step, true CFG from weighted conditionings",
+            output_mode="whole",
+        )
+    ]
+
+
+@hookimpl
+def omni_register_bridges() -> Iterable[Bridge]:
+    from omni_qwen_image.bridge import prompt_embeds_bridge
+
+    return [
+        Bridge(
+            "prompt-embeds",
+            prompt_embeds_bridge,
+            "an upstream pooling stage's final hidden states as {'prompt_embeds': array}",
+        )
+    ]
+
+
+@hookimpl
+def omni_register_pipelines() -> Iterable[PipelineSpec]:
+    def load() -> PipelineConfig:
+        from omni_qwen_image.pipelines import qwen_image_pipeline
+
+        return qwen_image_pipeline()
+
+    return [
+        PipelineSpec(
+            "qwen-image",
+            load,
+            "Qwen-Image (tiny-qwen-image): text encoder on vLLM pooling -> MMDiT + VAE "
+            "(diffusers), a PNG; guidance through omni-cfg",
+        )
+    ]

@@ -1,0 +1,185 @@
+"""The ``diffusers`` engine in this process against diffusers' ``QwenImagePipeline`` on the tiny
+checkpoint: float32, the same prompt embeddings and the same latents (the engine's seed), 32x32,
+3 steps. The engine's float pixels (before its uint8 rounding) must equal the pipeline's
+``output_type="np"`` image within 1e-3 max abs in [0, 1] (measured: 0, the same ops in the
+same order), unguided and with true CFG (norm rescaling); several samples step together.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from omni_qwen_image.engine import DiffusersEngine
+
+from omni_core.errors import RequestError
+from omni_core.media import Image
+from omni_core.sampling import SamplingParams
+from omni_core.stage.client import StageRequest
+
+SIZE, STEPS, TOLERANCE = 32, 3, 1e-3
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_qi):
+    args = {"steps": STEPS, "height": SIZE, "width": SIZE, "true_cfg_scale": 4.0}
+    engine = DiffusersEngine({"model": str(tiny_qi), "args": args})
+    decoded: dict[int, list[np.ndarray]] = {}
+    decode = engine.decode
+
+    def recording(latents, height, width):  # the float image each output is rounded from
+        pixels = decode(latents, height, width)
+        decoded.setdefault(id(engine), []).append(pixels)
+        return pixels
+
+    engine.decode = recording
+    engine.decoded = decoded.setdefault(id(engine), [])
+    return engine
+
+
+def request(rid: str, prompt, seed: int = 0, **extra) -> StageRequest:
+    return StageRequest(
+        request_id=rid, prompt=prompt, params=SamplingParams(seed=seed, extra=extra)
+    )
+
+
+def run(engine, *requests: StageRequest) -> dict[str, list]:
+    """Add the requests, step until none is left; each request's outputs in order."""
+    for r in requests:
+        engine.add(r)
+    outputs: dict[str, list] = {}
+    start = len(engine.decoded)
+    order = []
+    while engine.has_work():
+        for out in engine.step():
+            if isinstance(out.payload, Image):  # off the data plane, as the client does
+                out.payload = Image(engine.plane.take(out.payload.pixels))
+            outputs.setdefault(out.request_id, []).append(out)
+            order.append(out.request_id)
+    floats = dict(zip(order, engine.decoded[start:], strict=True))
+    return {rid: [*outs, floats[rid]] for rid, outs in outputs.items()}
+
+
+def embeds(pipe, text: str) -> np.ndarray:
+    with torch.no_grad():
+        pe, mask = pipe.encode_prompt(text, device="cpu")
+    assert mask is None
+    return pe[0].numpy()
+
+
+def reference(pipe, seed: int, pos: np.ndarray, neg: np.ndarray | None = None, scale=4.0):
+    gen = torch.Generator().manual_seed(seed)
+    latents = pipe.prepare_latents(1, 4, SIZE, SIZE, torch.float32, "cpu", gen)
+    kwargs = {}
+    if neg is not None:
+        kwargs = {"negative_prompt_embeds": torch.from_numpy(neg)[None], "true_cfg_scale": scale}
+    with torch.no_grad():
+        return pipe(
+            prompt_embeds=torch.from_numpy(pos)[None],
+            latents=latents,
+            num_inference_steps=STEPS,
+            height=SIZE,
+            width=SIZE,
+            output_type="np",
+            **kwargs,
+        ).images[0]
+
+
+def test_unguided_and_guided_samples_stepping_together_equal_the_pipeline(engine, pipe):
+    pos, neg = embeds(pipe, "a red square"), embeds(pipe, "blurry")
+    other = embeds(pipe, "two cats on a wooden table")
+    got = run(
+        engine,
+        request("plain", {"prompt_embeds": pos}, seed=7),
+        request("cfg", {"prompt_embeds": pos, "negative_prompt_embeds": neg}, seed=7),
+        request(
+            "weights",  # omni-cfg's shape: the request's own first, weights summing to 1
+            {
+                "conditionings": [
+                    {"prompt_embeds": other, "weight": 2.5},
+                    {"prompt_embeds": neg, "weight": -1.5},
+                ]
+            },
+            seed=3,
+        ),
+    )
+    expected = {
+        "plain": reference(pipe, 7, pos),
+        "cfg": reference(pipe, 7, pos, neg),
+        "weights": reference(pipe, 3, other, neg, scale=2.5),
+    }
+    for rid, ref in expected.items():
+        (out, pixels) = got[rid]
+        assert out.finished and out.finish_reason == "stop" and isinstance(out.payload, Image)
+        assert pixels.shape == ref.shape == (SIZE, SIZE, 3)
+        assert np.abs(pixels - ref).max() <= TOLERANCE, rid
+        image = out.payload.pixels
+        assert image.dtype == np.uint8 and np.array_equal(
+            image, (ref * 255).round().astype(np.uint8)
+        )
+    assert np.abs(got["plain"][1] - got["cfg"][1]).max() > 0.01  # guidance changes the image
+
+
+def test_scale_one_or_a_zero_negative_weight_is_the_unguided_image(engine, pipe):
+    pos, neg = embeds(pipe, "a red square"), embeds(pipe, "blurry")
+    got = run(
+        engine,
+        request(
+            "one",
+            {"prompt_embeds": pos, "negative_prompt_embeds": neg},
+            diffusers={"true_cfg_scale": 1.0},
+        ),
+        request(
+            "zero",
+            {
+                "conditionings": [
+                    {"prompt_embeds": pos, "weight": 1.0},
+                    {"prompt_embeds": neg, "weight": 0.0},
+                ]
+            },
+        ),
+    )
+    ref = reference(pipe, 0, pos)
+    assert np.array_equal(got["one"][1], ref) and np.array_equal(got["zero"][1], ref)
+
+
+def test_previews_then_the_image_and_abort_between_steps_leaves_nothing(engine, pipe):
+    pos = embeds(pipe, "a red square")
+    got = run(engine, request("p", {"prompt_embeds": pos}, diffusers={"preview_every": 1}))
+    outs = got["p"][:-1]
+    assert [o.finished for o in outs] == [False, False, True]
+    assert all(isinstance(o.payload, Image) for o in outs)
+    engine.add(request("gone", {"prompt_embeds": pos}))
+    engine.step()
+    engine.abort(["gone"])
+    assert not engine.has_work() and engine.step() == []
+
+
+@pytest.mark.parametrize(
+    ("prompt", "extra", "where"),
+    [
+        ("a red square", {}, "prompt"),
+        ({"prompt_embeds": np.zeros((4, 8), np.float32)}, {}, "prompt_embeds"),
+        ({"conditionings": [{"tokens": [1, 2], "weight": 1.0}]}, {}, "conditionings[0]"),
+        (
+            {"prompt_embeds": np.zeros((4, 64), np.float32)},
+            {"diffusers": {"height": 40}},
+            "extra['diffusers'].height",
+        ),
+        (
+            {"prompt_embeds": np.zeros((4, 64), np.float32)},
+            {"diffusers": {"steps": 0}},
+            "extra['diffusers'].steps",
+        ),
+        (
+            {"prompt_embeds": np.zeros((4, 64), np.float32)},
+            {"cfg": {"negative_prompt": "x"}},
+            "cfg",
+        ),
+    ],
+)
+def test_bad_input_is_one_request_error_naming_the_field(engine, prompt, extra, where):
+    with pytest.raises(RequestError) as info:
+        engine.add(request("bad", prompt, **extra))
+    assert info.value.param == where and where.split("[")[0].split(".")[0] in str(info.value)
+    assert not engine.has_work()

@@ -1,0 +1,78 @@
+"""``tiny-qwen-image``: a deterministic build, sizes that agree, an export vLLM and transformers
+load with the encoder's own states."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+from omni_qwen_image import build as tiny
+from omni_qwen_image.plugin import TINY_MODEL, committed_checksums
+
+from omni_core.models import tree_hashes
+
+
+def test_rebuild_in_a_fresh_process_is_byte_identical_to_the_committed_checksums(tiny_qi, tmp_path):
+    code = (
+        "import json\n"
+        "from pathlib import Path\n"
+        "from omni_core.models import ensure_model, tree_hashes\n"
+        f"print(json.dumps(tree_hashes(ensure_model({TINY_MODEL!r}, Path({str(tmp_path)!r})))))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300
+    )
+    fresh = json.loads(out.stdout.strip().splitlines()[-1])
+    assert fresh == tree_hashes(tiny_qi) == committed_checksums()
+    assert {p.split("/")[0] for p in fresh} == {
+        "model_index.json",
+        "scheduler",
+        "text_encoder",
+        "text_encoder_qwen2",
+        "tokenizer",
+        "transformer",
+        "vae",
+    }
+
+
+def test_template_prefix_is_34_tokens_and_special_tokens_follow_the_bpe_vocab(tiny_qi):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_qi / "tokenizer")
+    prefix, suffix = tiny.PROMPT_TEMPLATE.split("{}")
+    assert len(tok(prefix).input_ids) == tiny.TEMPLATE_PREFIX_TOKENS == 34
+    assert len(tok(suffix).input_ids) == 5  # <|im_end|> \n <|im_start|> assistant \n
+    ids = [tok.convert_tokens_to_ids(t) for t in tiny.SPECIAL_TOKENS]
+    assert ids == list(range(ids[0], ids[0] + len(tiny.SPECIAL_TOKENS)))
+    assert len(tok) == ids[-1] + 1 <= tiny.vocab_size(tok)
+    text = "a red square next to 3 blue circles, hello world"
+    assert tok.decode(tok(text).input_ids) == text
+
+
+def test_sizes_agree_and_a_mismatch_is_refused(pipe):
+    tiny.check_sizes(pipe.text_encoder, pipe.transformer, pipe.vae)
+    assert pipe.vae_scale_factor == tiny.VAE_SCALE
+    vae = tiny.build_vae()
+    vae.register_to_config(z_dim=8)
+    with pytest.raises(ValueError, match="in/out channels"):
+        tiny.check_sizes(pipe.text_encoder, pipe.transformer, vae)
+
+
+def test_qwen2_export_gives_the_vl_encoders_last_hidden_states(tiny_qi, pipe):
+    from transformers import AutoTokenizer, Qwen2ForCausalLM
+
+    export = tiny_qi / tiny.ENCODER_DIR
+    config = json.loads((export / "config.json").read_text())
+    assert config["architectures"] == ["Qwen2ForCausalLM"]
+    assert config["hidden_size"] == tiny.HIDDEN and not config["tie_word_embeddings"]
+    model = Qwen2ForCausalLM.from_pretrained(export, dtype=torch.float32).eval()
+    tok = AutoTokenizer.from_pretrained(export)
+    ids = tok(tiny.PROMPT_TEMPLATE.format("two cats on a table"), return_tensors="pt").input_ids
+    with torch.no_grad():
+        ours = model(ids, output_hidden_states=True).hidden_states[-1][0, 34:]
+        ref, mask = pipe.encode_prompt("two cats on a table", device="cpu")
+    assert mask is None and ours.shape == ref[0].shape
+    assert (ours - ref[0]).abs().max() <= 1e-5
