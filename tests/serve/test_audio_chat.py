@@ -235,3 +235,32 @@ def test_audio_from_a_pipeline_without_audio_is_400_saying_why():
         c = openai.OpenAI(base_url=f"{base}/v1", api_key="x", max_retries=0)
         with pytest.raises(openai.BadRequestError, match="cannot produce audio"):
             c.chat.completions.create(model="text-only", modalities=["audio"], messages=CHAT)
+
+
+def test_request_extra_merges_over_each_stages_pipeline_extra(make_engine, fake_entry_points):
+    import asyncio
+
+    from omni_core.errors import RequestError
+
+    fake_entry_points.add("voice-kit", plugin())
+    pipeline = PIPELINE.replace(
+        "voices: [Chelsie, Ethan]}",
+        "voices: [Chelsie, Ethan]}, sampling_params: {extra: {voice: Chelsie, keep: 1}}",
+    )
+    engine = make_engine(pipeline)
+    defaults = engine.request_params()
+    assert defaults["speaker"].extra == {"voice": "Chelsie", "keep": 1}  # the pipeline's voice
+    params = engine.request_params({"thinker": {"max_tokens": 2}}, extra={"voice": "Ethan"})
+    assert params["speaker"].extra == {"voice": "Ethan", "keep": 1}  # the request's wins
+    assert params["thinker"].extra == {"voice": "Ethan"} and params["thinker"].max_tokens == 2
+    with pytest.raises(RequestError, match="extra must be a mapping"):
+        engine.request_params(extra=["voice"])
+
+    async def speak(sampling_params):
+        KIT.seen.clear()
+        outs = [o async for o in engine.generate("hi", sampling_params=sampling_params)]
+        return np.concatenate([o.payload.samples for o in outs if o.payload is not None])
+
+    assert np.all(asyncio.run(speak(None)) == np.float32(0.2))  # Chelsie, from the pipeline
+    assert np.all(asyncio.run(speak(params)) == np.float32(0.3))  # Ethan, from the request
+    assert [e["voice"] for e in KIT.extras("talker")] == ["Ethan"]
