@@ -95,10 +95,14 @@ def plugin_host(omni_settings: OmniSettings, fake_entry_points: FakeEntryPoints)
 def make_engine(
     omni_settings: OmniSettings, fake_entry_points: FakeEntryPoints
 ) -> Iterator[Callable[..., OmniEngineBase]]:
-    """``make_engine(yaml_text_or_config)`` → a started engine, shut down after the test.
+    """``make_engine(pipeline, *, settings=None, plugins=None)`` → a started
+    engine of the pipeline's engine kind, shut down after the test.
 
-    Its plugin manager is built at the call, so entry points added to ``fake_entry_points``
-    earlier in the test are loaded.
+    ``pipeline``: YAML text, a :class:`~omni_core.config.pipeline.PipelineConfig`, a file or a
+    registered name. ``settings``: the engine's :class:`~omni_core.config.settings.OmniSettings`
+    (default: the ``omni_settings`` fixture's). ``plugins``: a
+    :class:`~omni_core.plugin.hooks.PluginHost`; without one, a plugin manager is built at the
+    call, so entry points added to ``fake_entry_points`` earlier in the test are loaded.
     """
     engines: list[OmniEngineBase] = []
 
