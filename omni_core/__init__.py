@@ -45,6 +45,14 @@ if TYPE_CHECKING:
     from omni_core.plugin.manager import create_plugin_manager
     from omni_core.sampling import SamplingParams
     from omni_core.stage.client import StageClient, StageContext, StageRequest
+    from omni_core.views import (
+        PUBLIC_MODULES,
+        OrchestratorPort,
+        PipelineView,
+        RequestView,
+        StageState,
+        StageView,
+    )
 
 _LAZY: dict[str, str] = {
     "AbortResult": "omni_core.outputs",
@@ -58,6 +66,9 @@ _LAZY: dict[str, str] = {
     "OmniError": "omni_core.errors",
     "OmniRequestOutput": "omni_core.outputs",
     "OmniSettings": "omni_core.config.settings",
+    "OrchestratorPort": "omni_core.views",
+    "PUBLIC_MODULES": "omni_core.views",
+    "PipelineView": "omni_core.views",
     "Orchestrator": "omni_core.orchestrator.turn",
     "OrchestratorBase": "omni_core.orchestrator.base",
     "PipelineConfig": "omni_core.config.pipeline",
@@ -68,6 +79,7 @@ _LAZY: dict[str, str] = {
     "ReplicaDeadError": "omni_core.errors",
     "RequestError": "omni_core.errors",
     "RequestRejected": "omni_core.errors",
+    "RequestView": "omni_core.views",
     "RpcError": "omni_core.errors",
     "SamplingParams": "omni_core.sampling",
     "StageClient": "omni_core.stage.client",
@@ -76,7 +88,9 @@ _LAZY: dict[str, str] = {
     "StageOutput": "omni_core.outputs",
     "StageRequest": "omni_core.stage.client",
     "StageResult": "omni_core.outputs",
+    "StageState": "omni_core.views",
     "StageUnavailableError": "omni_core.errors",
+    "StageView": "omni_core.views",
     "StartupError": "omni_core.errors",
     "create_engine": "omni_core.engine.factory",
     "create_engine_async": "omni_core.engine.factory",
@@ -88,6 +102,7 @@ __version__ = "0.1.0"
 __all__ = [
     "ENTRY_POINT_GROUP",
     "PLUGIN_API_VERSION",
+    "PUBLIC_MODULES",
     "AbortResult",
     "AsyncOmniEngine",
     "ConfigError",
@@ -101,7 +116,9 @@ __all__ = [
     "OmniSettings",
     "Orchestrator",
     "OrchestratorBase",
+    "OrchestratorPort",
     "PipelineConfig",
+    "PipelineView",
     "PluginConflictError",
     "PluginError",
     "PluginHost",
@@ -109,6 +126,7 @@ __all__ = [
     "ReplicaDeadError",
     "RequestError",
     "RequestRejected",
+    "RequestView",
     "RpcError",
     "SamplingParams",
     "StageClient",
@@ -117,7 +135,9 @@ __all__ = [
     "StageOutput",
     "StageRequest",
     "StageResult",
+    "StageState",
     "StageUnavailableError",
+    "StageView",
     "StartupError",
     "create_engine",
     "create_engine_async",

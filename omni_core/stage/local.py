@@ -20,8 +20,8 @@ class LocalStageClient:
     however many outputs were emitted meanwhile; without one, ``get_outputs`` waits on an event
     and takes them all.
 
-    Subclasses call :meth:`_emit` for each output and :meth:`_die` when the replica dies, and may
-    override :meth:`_on_taken` (called after every batch the orchestrator took). A subclass that
+    Subclasses call :meth:`emit` for each output and :meth:`die` when the replica dies, and may
+    override :meth:`on_taken` (called after every batch the orchestrator took). A subclass that
     runs its own loop callback (a socket reader) may fill ``_outbox`` and call :meth:`_hand_over`
     itself.
     """
@@ -66,16 +66,16 @@ class LocalStageClient:
         if self._outbox:
             batch, self._outbox = self._outbox, []
             sink.push(batch)
-            self._on_taken()
+            self.on_taken()
         if (self._dead is not None or self._closed) and not self._reported:
             self._reported = True
             sink.dead(self._death())
 
-    def _emit(self, output: StageOutput) -> None:
+    def emit(self, output: StageOutput) -> None:
         self._outbox.append(output)
         self._schedule()
 
-    def _die(self, reason: str) -> None:
+    def die(self, reason: str) -> None:
         self._dead = reason
         if self._ready is not None:
             self._schedule()
@@ -85,21 +85,21 @@ class LocalStageClient:
             return EngineDeadError(f"{self.label} is dead: {self._dead}")
         return EngineDeadError(f"{self.label} is shut down")
 
-    def _check_alive(self) -> None:
+    def check_alive(self) -> None:
         if self._dead is not None or self._closed:
             raise self._death()
 
-    def _on_taken(self) -> None:
+    def on_taken(self) -> None:
         """Called after the orchestrator took a batch."""
 
     async def get_outputs(self) -> list[StageOutput]:
         assert self._ready is not None, "start() was not awaited"
         while not self._outbox:
-            self._check_alive()
+            self.check_alive()
             self._ready.clear()
             await self._ready.wait()
         batch, self._outbox = self._outbox, []
-        self._on_taken()
+        self.on_taken()
         return batch
 
     def is_healthy(self) -> bool:

@@ -144,7 +144,7 @@ class ProcessStageClient(LocalStageClient):
         reason = "shut down" if self._closed else f"process {self.pid} exited (code {code})"
         if self._corruption is not None:
             reason = self._corruption
-        self._die(reason)
+        self.die(reason)
         for fut in self._calls.values():
             if not fut.done():
                 fut.set_exception(EngineDeadError(f"{self.label} is dead: {reason}"))
@@ -170,7 +170,7 @@ class ProcessStageClient(LocalStageClient):
                     fut.set_exception(_remote_error(*value))
 
     def _send(self, *frame: Any) -> None:
-        self._check_alive()
+        self.check_alive()
         assert self._transport is not None
         self._transport.write(encode(frame))
 

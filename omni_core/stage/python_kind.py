@@ -72,7 +72,7 @@ class PythonStageClient(LocalStageClient):
         self._cancelled: set[str] = set()
 
     async def add_request(self, request: StageRequest) -> None:
-        self._check_alive()
+        self.check_alive()
         task = asyncio.get_running_loop().create_task(self._run(request))
         self._tasks[request.request_id] = task
         rid = request.request_id
@@ -91,7 +91,7 @@ class PythonStageClient(LocalStageClient):
                 last: StageOutput | None = None
                 async for item in result:
                     if last is not None:
-                        self._emit(last)
+                        self.emit(last)
                     last = _as_output(rid, item)
                 self._finish(rid, last)
             elif inspect.isgenerator(result):
@@ -106,7 +106,7 @@ class PythonStageClient(LocalStageClient):
             raise
         except Exception as exc:
             if rid not in self._cancelled:
-                self._emit(
+                self.emit(
                     StageOutput(
                         request_id=rid,
                         finished=True,
@@ -141,7 +141,7 @@ class PythonStageClient(LocalStageClient):
                 if isinstance(item, Exception):
                     raise item
                 if last is not None:
-                    self._emit(last)
+                    self.emit(last)
                 last = _as_output(rid, item)
         finally:
             stop.set()
@@ -151,7 +151,7 @@ class PythonStageClient(LocalStageClient):
         out = last or StageOutput(request_id=rid)
         out.finished = True
         out.finish_reason = out.finish_reason or "stop"
-        self._emit(out)
+        self.emit(out)
 
     async def abort(self, request_ids: list[str]) -> None:
         for rid in request_ids:

@@ -55,40 +55,40 @@ class ScriptedStageClient(LocalStageClient):
             if self._args.delay_s:
                 await asyncio.sleep(self._args.delay_s)
             for out in self.core.step():
-                self._emit(out)
+                self.emit(out)
             if self.core.dead:
-                self._die(f"die_after={self._args.die_after} reached")
+                self.die(f"die_after={self._args.die_after} reached")
                 return
             if not self._outbox and self.core.has_work():
                 self._work.set()  # whole-output steps emit nothing: keep stepping
 
-    def _on_taken(self) -> None:
+    def on_taken(self) -> None:
         if self._work is not None:
             self._work.set()
 
     async def add_request(self, request: StageRequest) -> None:
-        self._check_alive()
+        self.check_alive()
         self.core.add_request(request)
-        self._on_taken()
+        self.on_taken()
 
     async def add_input(self, request_id: str, prompt: Any, final: bool) -> None:
-        self._check_alive()
+        self.check_alive()
         self.core.add_input(request_id, prompt, final)
-        self._on_taken()
+        self.on_taken()
 
     async def abort(self, request_ids: list[str]) -> None:
-        self._check_alive()
+        self.check_alive()
         self.core.abort(request_ids)
-        self._on_taken()
+        self.on_taken()
 
     async def collective_rpc(
         self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
-        self._check_alive()
+        self.check_alive()
         result = self.core.rpc(method, args, kwargs)
         if self.core.dead:
-            self._die(f"killed by RPC '{method}'")
-        self._on_taken()
+            self.die(f"killed by RPC '{method}'")
+        self.on_taken()
         return result
 
     async def shutdown(self) -> None:

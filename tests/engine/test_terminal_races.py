@@ -71,7 +71,7 @@ async def test_abort_while_a_failure_awaits_its_abort_gives_one_terminal(
     await until(lambda: client.requests == ["r"])
     stream = engine._runtime.streams["r"]
     error = ErrorInfo(type="Boom", message="request-scoped failure")
-    loop.call_soon_threadsafe(client._emit, StageOutput(request_id="r", error=error))
+    loop.call_soon_threadsafe(client.emit, StageOutput(request_id="r", error=error))
     await until(lambda: client.aborts == 1)  # the failure's physical abort is in flight
     result = await engine.abort_async("r")  # meanwhile the caller aborts: that one ends it
     assert result.success

@@ -84,7 +84,7 @@ class Speaker(ScriptedStageClient):
         if voice is not None and voice not in self.voices:
             message = f"stage '{self.core.name}': unknown voice {voice!r} (voices: {self.voices})"
             error = ErrorInfo(type="UnknownVoiceError", message=message, status_code=400)
-            self._emit(
+            self.emit(
                 StageOutput(
                     request_id=request.request_id,
                     finished=True,
@@ -96,12 +96,12 @@ class Speaker(ScriptedStageClient):
         self.levels[request.request_id] = level(voice, self.voices)
         await super().add_request(request)
 
-    def _emit(self, output: StageOutput) -> None:
+    def emit(self, output: StageOutput) -> None:
         if output.token_ids and output.error is None:
             value = self.levels.get(output.request_id, 0.1)
             samples = np.full(SAMPLES_PER_TOKEN * len(output.token_ids), value, dtype=np.float32)
             output.payload = AudioChunk(samples, RATE)
-        super()._emit(output)
+        super().emit(output)
 
 
 class ListenerRenderer:

@@ -62,7 +62,7 @@ class ReverseStageClient(LocalStageClient):
         self._jobs: dict[str, _Job] = {}
 
     async def add_request(self, request: StageRequest) -> None:
-        self._check_alive()  # a dead or closed replica raises EngineDeadError
+        self.check_alive()  # a dead or closed replica raises EngineDeadError
         # Raising here (a bad prompt) fails only this request, with status 400.
         job = _Job(prompt_token_ids(request.prompt), request.params.max_tokens)
         if not request.streaming_input:
@@ -72,7 +72,7 @@ class ReverseStageClient(LocalStageClient):
 
     async def add_input(self, request_id: str, prompt: Any, final: bool) -> None:
         """More input through a ``stream`` edge: reversing needs all of it, so buffer it."""
-        self._check_alive()
+        self.check_alive()
         job = self._jobs.get(request_id)
         if job is None:
             return  # aborted meanwhile
@@ -87,11 +87,11 @@ class ReverseStageClient(LocalStageClient):
             limit = len(tokens) if job.max_tokens is None else min(job.max_tokens, len(tokens))
             reason = "length" if limit < len(tokens) else "stop"
             if limit == 0:
-                self._emit(StageOutput(request_id=request_id, finished=True, finish_reason=reason))
+                self.emit(StageOutput(request_id=request_id, finished=True, finish_reason=reason))
             for i, token in enumerate(tokens[:limit]):
                 await asyncio.sleep(self._args.delay_s)  # also yields to the loop
                 last = i == limit - 1
-                self._emit(
+                self.emit(
                     StageOutput(
                         request_id=request_id,
                         token_ids=[token],
@@ -103,7 +103,7 @@ class ReverseStageClient(LocalStageClient):
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a request-scoped failure: only this request ends
-            self._emit(
+            self.emit(
                 StageOutput(
                     request_id=request_id,
                     finished=True,

@@ -1,0 +1,125 @@
+"""Checks that a plugin's source uses only omni-core's public API.
+
+:func:`public_api_violations` reads a package's Python files (it imports nothing) and reports
+
+* an import of an omni-core module not in :data:`omni_core.views.PUBLIC_MODULES`, and a name
+  imported from ``omni_core`` itself that is not in ``omni_core.__all__``;
+* an import of a ``_``-prefixed name from omni-core;
+* an attribute access ``x._name`` where ``_name`` is a private name omni-core defines and the
+  package itself does not (``self._cache`` of the plugin's own class is fine, ``engine._runtime``
+  is not; a private of another library, ``model._from_config``, is not omni-core's business),
+  and any ``super()._name`` of a name omni-core defines. Dunder names are allowed.
+
+Plugin authors can run it on their own package in a test::
+
+    from omni_core.testing.public_api import public_api_violations
+
+    def test_my_plugin_uses_the_public_api_only():
+        assert public_api_violations(Path(__file__).parents[1] / "src") == []
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+from collections.abc import Iterable
+from pathlib import Path
+
+import omni_core
+from omni_core.views import PUBLIC_MODULES
+
+CORE = "omni_core"
+
+
+def public_api_violations(root: Path, *, core_names: Iterable[str] | None = None) -> list[str]:
+    """``"path:line: what"`` for every use of a non-public part of omni-core under ``root`` (a
+    package directory, or a ``src`` directory holding packages), sorted by path and line."""
+    files = sorted(p for p in Path(root).rglob("*.py") if p.is_file())
+    trees = {path: ast.parse(path.read_text(encoding="utf-8"), str(path)) for path in files}
+    own: set[str] = set()
+    for tree in trees.values():
+        own |= _defined_names(tree)
+    core_private = core_private_names()
+    public_names = set(omni_core.__all__ if core_names is None else core_names)
+    found: list[str] = []
+    for path, tree in trees.items():
+        where = path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
+        problems = _check(tree, core_private, own, public_names)
+        found.extend(f"{where}:{line}: {what}" for line, what in problems)
+    return found
+
+
+@functools.cache
+def core_private_names() -> frozenset[str]:
+    """Every ``_``-prefixed, non-dunder name omni-core's own source defines."""
+    names: set[str] = set()
+    for path in Path(omni_core.__file__).parent.rglob("*.py"):
+        names |= _defined_names(ast.parse(path.read_text(encoding="utf-8"), str(path)))
+    return frozenset(name for name in names if _private(name))
+
+
+def _defined_names(tree: ast.AST) -> set[str]:
+    """Every ``_``-prefixed name the code defines: functions, classes, assigned names and
+    attributes, parameters, imports under an alias, ``__slots__`` entries."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            names.add(node.attr)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, ast.alias):
+            names.add(node.asname or node.name.split(".")[0])
+        elif isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "__slots__" for t in node.targets
+        ):
+            names.update(
+                e.value
+                for e in ast.walk(node.value)
+                if isinstance(e, ast.Constant) and isinstance(e.value, str)
+            )
+    return {name for name in names if name.startswith("_")}
+
+
+def _check(
+    tree: ast.AST, core_private: frozenset[str], own: set[str], public_names: set[str]
+) -> Iterable[tuple[int, str]]:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if _is_core(alias.name) and alias.name not in PUBLIC_MODULES:
+                    yield node.lineno, f"imports non-public module {alias.name}"
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and _is_core(node.module):
+            module = node.module or ""
+            if module not in PUBLIC_MODULES:
+                yield node.lineno, f"imports from non-public module {module}"
+                continue
+            for alias in node.names:
+                if alias.name.startswith("_"):
+                    yield node.lineno, f"imports private name {alias.name} from {module}"
+                elif module == CORE and alias.name not in public_names:
+                    submodule = f"{CORE}.{alias.name}"
+                    if submodule not in PUBLIC_MODULES:
+                        yield node.lineno, f"imports {alias.name} from omni_core (not public)"
+        elif isinstance(node, ast.Attribute) and node.attr in core_private:
+            if _is_super_call(node.value):
+                yield node.lineno, f"uses super().{node.attr} (an omni-core base's private member)"
+            elif node.attr not in own:
+                yield node.lineno, f"uses private attribute .{node.attr} of an omni-core object"
+
+
+def _is_core(module: str | None) -> bool:
+    return module is not None and (module == CORE or module.startswith(CORE + "."))
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _is_super_call(node: ast.AST) -> bool:
+    return (
+        isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "super"
+    )
