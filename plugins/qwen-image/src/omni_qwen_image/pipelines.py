@@ -41,9 +41,9 @@ def cfg_available() -> bool:
 def qwen_image_pipeline(
     model: str = "tiny-qwen-image", steps: int = 4, size: int = 32
 ) -> PipelineConfig:
-    """Tiny defaults (the tiny model: 32x32, 4 steps). Guidance is off unless a request asks
-    for it (``extra["cfg"]``: ``omni run qwen-image --negative-prompt ...``); with omni-cfg
-    missing such a request is refused (400)."""
+    """Tiny defaults (the tiny model: 32x32, 4 steps). Unguided unless a request asks for
+    guidance (``extra["cfg"]``: ``omni run qwen-image --negative-prompt ... --guidance 4``);
+    with omni-cfg missing or disabled such a request is refused (400)."""
     config: dict[str, Any] = {
         "name": PIPELINE,
         "requires_plugins": ["qwen-image"],
@@ -67,10 +67,11 @@ def qwen_image_pipeline(
         ],
     }
     if cfg_available():
+        # guidance_scale 1: the negative prompt's weight is 0, the image QwenImagePipeline
+        # gives without a negative prompt; a request guides with extra["cfg"] (scale > 1)
         config["cfg"] = {
-            "enabled": False,
             "stage": "dit",
-            "guidance_scale": 4.0,
+            "guidance_scale": 1.0,
             "negative_prompt": " ",
             "timeout_s": 60,
         }
