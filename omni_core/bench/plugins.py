@@ -150,7 +150,7 @@ def _stages(stages: frozenset[int]) -> str:
 
 def bench_plugins(quick: bool) -> list[Row]:
     setups = hosts()
-    rounds, seconds = (4, 0.08) if quick else (12, 0.5)
+    rounds, seconds = (4, 0.08) if quick else (12, 0.3)
     cases = [("tiny-omni shape", tiny_omni_shape(), 2 * TOKENS)]
     if not quick:
         cases.append(("bench load K=3", pipeline(3), TOKENS))

@@ -81,6 +81,28 @@ def register(app: typer.Typer, state: CliState) -> None:
                 "every stage); the pipeline must produce audio.",
             ),
         ] = None,
+        negative_prompt: Annotated[
+            str | None,
+            typer.Option(
+                "--negative-prompt",
+                help="Guidance's negative prompt (params.extra['cfg']: needs omni-cfg); "
+                "the pipeline must produce images.",
+            ),
+        ] = None,
+        guidance: Annotated[
+            float | None,
+            typer.Option(
+                min=0,
+                help=f"Guidance scale (params.extra['cfg']; {DEFAULT_GUIDANCE:g} when only "
+                "--negative-prompt is given).",
+            ),
+        ] = None,
+        steps: Annotated[
+            int | None, typer.Option(min=1, help="Denoising steps of the image stage.")
+        ] = None,
+        size: Annotated[
+            str | None, typer.Option(help="Image size WIDTHxHEIGHT, e.g. 256x256.")
+        ] = None,
         runtime: Annotated[
             Literal["local", "ray"] | None,
             typer.Option(help="Stage runtime: 'local' or 'ray' (default: the pipeline's)."),
@@ -106,6 +128,9 @@ def register(app: typer.Typer, state: CliState) -> None:
             if runtime is not None:
                 config = with_runtime(config, runtime, state.host)
             check_voice(voice, config)
+            extra = image_extra(config, negative_prompt, guidance, steps, size)
+            if voice is not None:
+                extra["voice"] = voice
             # a missing extra is named before any stage starts
             require_pipeline_extras(config, runtime and f"omni run --runtime {runtime}")
             resolved = resolve_pipeline(config, state.host)
@@ -119,13 +144,13 @@ def register(app: typer.Typer, state: CliState) -> None:
             raise fail(state, exc) from None
         try:
             params = None
-            if overrides or voice is not None:
+            if overrides or extra:
                 params = engine.request_params(
                     {
                         stage.name: {**stage.config.sampling_params, **overrides}
                         for stage in engine.pipeline.stages.values()
                     },
-                    extra={"voice": voice} if voice is not None else None,
+                    extra=extra or None,
                 )
             outputs = asyncio.run(_stream(engine, prompt, params, modality))
         except Exception as exc:
@@ -186,6 +211,46 @@ def media_parts(audio: Path | None, image: Path | None, raw: bool) -> list[tuple
             raise RequestError(f"{where}: media need the chat template (drop --raw)")
         parts.append((where, make(path, where)))
     return parts
+
+
+DEFAULT_GUIDANCE = 4.0  # Qwen-Image's true_cfg_scale
+
+
+def image_extra(
+    config: Any,
+    negative_prompt: str | None,
+    guidance: float | None,
+    steps: int | None,
+    size: str | None,
+) -> dict[str, Any]:
+    """The image flags as request-level ``extra``: ``cfg`` (omni-cfg's per-request override),
+    ``diffusers`` (steps, height, width) and ``diffusion`` (steps). They need a pipeline with a
+    final image output; a bad ``--size`` names the flag."""
+    given = {"--negative-prompt": negative_prompt, "--guidance": guidance, "--steps": steps}
+    given["--size"] = size
+    flags = [flag for flag, value in given.items() if value is not None]
+    if not flags:
+        return {}
+    if not any(s.final_output and s.final_output_type == "image" for s in config.stages):
+        raise RequestError(f"{flags[0]}: pipeline '{config.name}' produces no image")
+    extra: dict[str, Any] = {}
+    if negative_prompt is not None or guidance is not None:
+        cfg: dict[str, Any] = {"guidance_scale": DEFAULT_GUIDANCE if guidance is None else guidance}
+        if negative_prompt is not None:
+            cfg["negative_prompt"] = negative_prompt
+        extra["cfg"] = cfg
+    diffusers: dict[str, Any] = {}
+    if steps is not None:
+        diffusers["steps"] = steps
+        extra["diffusion"] = {"steps": steps}
+    if size is not None:
+        width, _, height = size.lower().partition("x")
+        if not (width.isdigit() and height.isdigit()):
+            raise RequestError(f"--size {size}: expected WIDTHxHEIGHT, e.g. 256x256")
+        diffusers.update(width=int(width), height=int(height))
+    if diffusers:
+        extra["diffusers"] = diffusers
+    return extra
 
 
 def check_voice(voice: str | None, config: Any) -> None:
