@@ -16,12 +16,15 @@ def _table() -> str:
     import omni_core
     from omni_core.views import PUBLIC_MODULES
 
-    defined = {name: module for name, module in omni_core._LAZY.items()}
-    for name in ("ENTRY_POINT_GROUP", "PLUGIN_API_VERSION", "hookimpl"):
-        defined[name] = "omni_core.plugin"
+    constants = {"ENTRY_POINT_GROUP", "PLUGIN_API_VERSION"}  # no __module__ of their own
     rows = ["| name | defined in |", "|---|---|"]
     for name in sorted(omni_core.__all__, key=str.lower):
-        module = defined[name]
+        if name in omni_core._LAZY:
+            module = omni_core._LAZY[name]
+        elif name in constants:
+            module = "omni_core.plugin"
+        else:
+            module = getattr(omni_core, name).__module__
         rows.append(f"| [`{name}`][{module}.{name}] | `{module}` |")
     modules = ["| module a plugin may import |", "|---|"]
     modules += [f"| `{name}` |" for name in sorted(PUBLIC_MODULES)]
