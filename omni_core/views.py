@@ -51,6 +51,9 @@ PUBLIC_MODULES: frozenset[str] = frozenset(
         "omni_core.config.pipeline",  # PipelineConfig, StageConfig, InputEdge
         "omni_core.stage.client",  # StageClient, StageContext, StageRequest: stage kinds
         "omni_core.stage.local",  # LocalStageClient: in-process stage kinds
+        "omni_core.stage.process",  # ProcessStageClient: stage kinds in a process of their own
+        "omni_core.stage.worker",  # WorkerEngine, error_output: the engine in that process
+        "omni_core.kinds.torch_kind",  # the torch kind's engine API (docs/stages.md)
         "omni_core.engine.base",  # OmniEngineBase: engine kinds
         "omni_core.engine.channel",  # RequestStream: an engine kind's caller streams
         "omni_core.orchestrator.base",  # OrchestratorBase: an engine kind's orchestrator
