@@ -18,7 +18,7 @@ from omni_core.errors import EngineDeadError, StartupError
 from omni_core.outputs import StageOutput
 from omni_core.stage.client import StageRequest
 from omni_core.stage.dataplane import RayDataPlane, materialize
-from omni_core.stage.ray_placement import NOT_PLACED, why_unplaced
+from omni_core.stage.ray_placement import NOT_PLACED, state_address, why_unplaced
 
 logger = logging.getLogger(__name__)
 
@@ -198,7 +198,7 @@ def _leased(actor_id: str | None) -> bool:
     try:
         from ray.util.state import get_actor
 
-        state = get_actor(actor_id, timeout=5) if actor_id else None
+        state = get_actor(actor_id, address=state_address(), timeout=5) if actor_id else None
     except Exception as exc:
         logger.debug("actor %s: state API unavailable: %r", actor_id, exc)
         return False

@@ -45,6 +45,15 @@ def demand(resources: StageResources) -> dict[str, float]:
     return {key: value for key, value in need.items() if value > 0}
 
 
+def state_address() -> str | None:
+    """The GCS address of the cluster this process joined, for Ray's state API: without it the
+    state API guesses (``RAY_ADDRESS``, the last cluster started on this machine, or any GCS
+    process it finds), which on a shared machine may be another cluster."""
+    import ray
+
+    return ray.get_runtime_context().gcs_address if ray.is_initialized() else None
+
+
 def _fmt(value: float) -> str:
     return f"{value:g}"
 
@@ -214,5 +223,7 @@ def placement_groups(name_prefix: str = "omni-") -> list[tuple[str, str]]:
     (state API)."""
     from ray.util.state import list_placement_groups
 
-    groups = list_placement_groups(limit=10_000, raise_on_missing_output=False)
+    groups = list_placement_groups(
+        address=state_address(), limit=10_000, raise_on_missing_output=False
+    )
     return [(g.name, g.state) for g in groups if (g.name or "").startswith(name_prefix)]

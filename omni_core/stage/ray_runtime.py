@@ -29,7 +29,7 @@ from omni_core.stage.client import StageClient, StageContext
 from omni_core.stage.dataplane import PLANE_ENV
 from omni_core.stage.ray_client import RayStageClient
 from omni_core.stage.ray_local import LocalRay
-from omni_core.stage.ray_placement import PipelinePlacement, demand
+from omni_core.stage.ray_placement import PipelinePlacement, demand, state_address
 
 if TYPE_CHECKING:
     from omni_core.config.pipeline import StageResources
@@ -192,7 +192,10 @@ def alive_actors(ids: set[str] | None = None) -> list[str]:
     from ray.util.state import list_actors
 
     alive = list_actors(
-        filters=[("state", "=", "ALIVE")], limit=10_000, raise_on_missing_output=False
+        address=state_address(),
+        filters=[("state", "=", "ALIVE")],
+        limit=10_000,
+        raise_on_missing_output=False,
     )
     return [a.actor_id for a in alive if ids is None or a.actor_id in ids]
 

@@ -12,9 +12,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import socket
 import time
 from collections.abc import Iterator
 from typing import Any
+
+from omni_core.stage.ray_placement import state_address
 
 LOOPBACK = "127.0.0.1"
 STORE = 80 * 1024 * 1024  # object store per node: the tests move kilobytes
@@ -43,6 +46,8 @@ def simulated_cluster(head_cpus: float, workers: list[dict[str, Any]]) -> Iterat
                 "node_ip_address": LOOPBACK,
                 "include_dashboard": True,
                 "dashboard_host": LOOPBACK,
+                "dashboard_port": free_port(),  # not Ray's defaults: another Ray may hold them
+                "dashboard_agent_listen_port": free_port(),
                 "object_store_memory": STORE,
             },
         )
@@ -65,6 +70,12 @@ def simulated_cluster(head_cpus: float, workers: list[dict[str, Any]]) -> Iterat
             ray.init(address=previous, log_to_driver=False, logging_level=logging.ERROR)
 
 
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((LOOPBACK, 0))
+        return int(sock.getsockname()[1])
+
+
 def wait_state_api(timeout_s: float = 60.0) -> None:
     """The dashboard (state API) answers a little after the head started."""
     from ray.util.state import list_nodes
@@ -72,7 +83,7 @@ def wait_state_api(timeout_s: float = 60.0) -> None:
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            list_nodes(limit=10)
+            list_nodes(address=state_address(), limit=10)
             return
         except Exception:
             if time.monotonic() > deadline:
@@ -94,7 +105,7 @@ def actor_nodes(actor_ids: list[str | None]) -> list[str]:
     nodes = []
     for actor_id in actor_ids:
         assert actor_id is not None
-        state = get_actor(actor_id)
+        state = get_actor(actor_id, address=state_address())
         assert state is not None and state.state == "ALIVE", (actor_id, state)
         nodes.append(state.node_id)
     return nodes
@@ -105,6 +116,7 @@ def stage_actors_alive() -> list[str]:
     from ray.util.state import list_actors
 
     alive = list_actors(
+        address=state_address(),
         filters=[("state", "=", "ALIVE"), ("class_name", "=", "StageActor")],
         limit=10_000,
         raise_on_missing_output=False,
