@@ -166,18 +166,41 @@ def _iter_entry_points() -> Iterable[md.EntryPoint]:
     return md.entry_points(group=ENTRY_POINT_GROUP)
 
 
+# What each plugin API version changed, in one line: the load error of a plugin written for an
+# older version names every change since, and the migration section of docs/plugins.md.
+API_CHANGES: dict[int, str] = {
+    2: "request-lifecycle hooks receive a read-only request view and a port (omni_core.views) "
+    "instead of the orchestrator, and a plugin's per-request hooks take part only in the "
+    "pipelines that use it (requires_plugins, its sections/kinds/bridges, omni_applies_to)",
+}
+DOCS = "docs/plugins.md"
+
+
 def _check_api_version(module: Any, where: str) -> None:
     declared = getattr(module, "OMNI_PLUGIN_API_VERSION", None)
     if declared is None:
         raise PluginLoadError(
-            f"{where} does not declare OMNI_PLUGIN_API_VERSION "
-            f"(omni-core plugin API version is {PLUGIN_API_VERSION})"
+            f"{where} does not declare OMNI_PLUGIN_API_VERSION (omni-core plugin API version is "
+            f"{PLUGIN_API_VERSION}; see {DOCS}#rules-of-the-plugin-api)"
         )
-    if declared != PLUGIN_API_VERSION:
-        raise PluginLoadError(
-            f"{where} declares plugin API version {declared!r}, but this omni-core provides "
-            f"version {PLUGIN_API_VERSION}"
-        )
+    if declared == PLUGIN_API_VERSION:
+        return
+    message = (
+        f"{where} declares plugin API version {declared!r}, but this omni-core provides "
+        f"version {PLUGIN_API_VERSION}"
+    )
+    if isinstance(declared, int) and not isinstance(declared, bool):
+        if declared < PLUGIN_API_VERSION:
+            since = range(declared + 1, PLUGIN_API_VERSION + 1)
+            changes = [API_CHANGES[v] for v in since if v in API_CHANGES]
+            anchor = f"migrating-from-api-{declared}-to-api-{PLUGIN_API_VERSION}"
+            message += (
+                f". Changed since {declared}: {'; '.join(changes)}. Migrate the plugin: "
+                f"{DOCS}#{anchor}"
+            )
+        else:
+            message += " (the plugin needs a newer omni-core)"
+    raise PluginLoadError(message)
 
 
 def _register(pm: OmniPluginManager, plugin: Any, name: str, where: str) -> None:
