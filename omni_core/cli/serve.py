@@ -45,6 +45,14 @@ def register(app: typer.Typer, state: CliState) -> None:
             float | None,
             typer.Option(min=0, help="On SIGTERM, time to finish in-flight (OMNI_GRACE_S)."),
         ] = None,
+        ray_serve: Annotated[
+            bool,
+            typer.Option(
+                "--ray-serve",
+                help="Serve through Ray Serve: one engine per replica (docs/distributed.md).",
+            ),
+        ] = False,
+        replicas: Annotated[int, typer.Option(min=1, help="--ray-serve: deployment replicas.")] = 1,
     ) -> None:
         """Serve one pipeline: /v1/chat/completions, /v1/images/generations, /v1/models,
         /health, /metrics."""
@@ -56,12 +64,36 @@ def register(app: typer.Typer, state: CliState) -> None:
         try:
             from omni_core.cli.app import require_extra, require_pipeline_extras
             from omni_core.config.resolve import is_existing_path, load_pipeline
+            from omni_core.errors import ConfigError
 
             require_extra("omni serve", "serve")  # before importing the server
             target: Any = Path(pipeline) if is_existing_path(pipeline) else pipeline
             config = load_pipeline(target, state.host)
             require_pipeline_extras(config)
             from omni_core.serve.server import api_key_of, run_server
+
+            if replicas != 1 and not ray_serve:
+                raise ConfigError([f"--replicas {replicas}: only with --ray-serve"])
+            if ray_serve:
+                require_extra("omni serve --ray-serve", "ray")
+                from omni_core.serve.ray_serve import run_ray_serve
+
+                run_ray_serve(
+                    config,
+                    settings=settings,
+                    host=host or settings.host,
+                    port=port if port is not None else settings.port,
+                    replicas=replicas,
+                    api_key=api_key_of(
+                        api_key or (None if api_key_file else settings.api_key),
+                        api_key_file or (None if api_key else settings.api_key_file),
+                    ),
+                    max_inflight=max_inflight
+                    if max_inflight is not None
+                    else settings.max_inflight,
+                    public_metrics=public_metrics or settings.public_metrics,
+                )
+                return
 
             run_server(
                 config,

@@ -169,6 +169,11 @@ def run_ray_serve(
         local = LocalRay(os.cpu_count() or 1, float(settings.startup_timeout_s))
         local.start()
         local.join()
+        logger.info(
+            "ray serve: started a local Ray on %s (supervisor pid %s)",
+            local.address,
+            local.info.get("pid"),
+        )
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -190,7 +195,9 @@ def run_ray_serve(
             port,
             replicas,
         )
-        stop.wait()
+        while not stop.wait(0.5):
+            pass
+        logger.info("ray serve: stopping")
     finally:
         try:
             serve.shutdown()
@@ -198,3 +205,4 @@ def run_ray_serve(
             ray.shutdown()
             if local is not None:
                 local.stop()
+                logger.info("ray serve: stopped the local Ray")

@@ -217,3 +217,60 @@ def test_killed_replica_fails_its_inflight_requests_and_serve_replaces_it(served
         if new in seen:
             break
     assert new in seen, seen
+
+
+def test_omni_serve_ray_serve_cli(tmp_path):
+    """`omni serve FILE --ray-serve --replicas 2`: its own local Ray, the OpenAI routes through
+    Serve, both replicas answering; SIGTERM takes Serve and that Ray down."""
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.ray.helpers import clean_env, import_psutil
+
+    omni = str(Path(sys.executable).parent / "omni")
+    pipeline = tmp_path / "pipeline.yaml"
+    pipeline.write_text(PIPELINE)
+    refused = subprocess.run(
+        [omni, "serve", str(pipeline), "--replicas", "2"], capture_output=True, text=True
+    )
+    assert refused.returncode == 2 and "--replicas 2: only with --ray-serve" in refused.stderr
+    port = free_port()
+    log = tmp_path / "serve.log"
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            [omni, "serve", str(pipeline), "--ray-serve", "--replicas", "2", "--port", str(port)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=clean_env(OMNI_HOST="127.0.0.1"),
+        )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert process.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            try:
+                if httpx.get(f"{base}/health", timeout=5).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        replicas = set()
+        for _ in range(30):
+            reply = httpx.post(f"{base}/v1/chat/completions", json=body(3), timeout=60)
+            assert reply.status_code == 200, reply.text
+            assert reply.json()["choices"][0]["finish_reason"] == "length"
+            replicas.add(reply.headers[REPLICA_HEADER])
+            if len(replicas) == 2:
+                break
+        assert len(replicas) == 2
+    finally:
+        process.send_signal(signal.SIGTERM)
+        code = process.wait(60)
+    text = log.read_text()
+    assert code == 0, text[-3000:]
+    assert "through Ray Serve (2 replicas)" in text and "stopped the local Ray" in text
+    supervisor = int(re.search(r"supervisor pid (\d+)", text).group(1))
+    assert not import_psutil().pid_exists(supervisor)
