@@ -245,3 +245,19 @@ async def test_tiny_omni_streams_the_same_stages_with_cfg_and_duplex_installed(m
         assert streamed["installed"] == {"thinker": True, "talker": False, "vocoder": True}
     else:
         assert streamed["installed"] == {"thinker": True, "talker": True, "vocoder": True}
+
+
+def test_metrics_and_tracing_observe_every_pipeline():
+    pytest.importorskip("prometheus_client")
+    pytest.importorskip("opentelemetry.sdk")
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from omni_core.serve.metrics import OmniMetrics
+    from omni_core.serve.tracing import OmniTracing
+
+    host = host_with(*rule_plugins())
+    host.register(OmniMetrics(), "omni-metrics")
+    host.register(OmniTracing(TracerProvider()), "omni-tracing")
+    for pipeline in (config("plain", stage(0, "scripted")), config("x", stage(0, "k-kind"))):
+        taking_part = active(host, pipeline) or {}
+        assert {"omni-metrics", "omni-tracing"} <= taking_part.keys()
