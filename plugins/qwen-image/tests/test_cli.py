@@ -1,0 +1,67 @@
+"""``omni run qwen-image`` as a user runs it (a subprocess): a PNG, guidance that changes it, and
+bad input as exit 2 naming the flag or field (a size the VAE refuses: test_qwen_image_pipeline)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+
+def omni(*args: str, cache: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    full = {k: v for k, v in os.environ.items() if not k.startswith("OMNI_")}
+    full.update({"OMNI_CACHE_DIR": str(cache), **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "omni_core.cli", *args],
+        capture_output=True,
+        text=True,
+        env=full,
+        timeout=300,
+    )
+
+
+def png_pixels(path: Path) -> np.ndarray:
+    from PIL import Image
+
+    return np.asarray(Image.open(path).convert("RGB"))
+
+
+@pytest.mark.timeout(600)
+def test_run_writes_the_png_and_the_negative_prompt_changes_it(qi_cache, tiny_qi, tmp_path):
+    base = ("run", "qwen-image", "--prompt", "a red square", "--seed", "3", "--size", "32x32")
+    plain = omni(*base, "-o", str(tmp_path / "plain"), cache=qi_cache)
+    assert plain.returncode == 0, plain.stderr[-2000:]
+    guided = omni(
+        *base, "--negative-prompt", "blurry", "-o", str(tmp_path / "guided"), cache=qi_cache
+    )
+    assert guided.returncode == 0, guided.stderr[-2000:]
+    (a,) = (tmp_path / "plain").glob("*.png")
+    (b,) = (tmp_path / "guided").glob("*.png")
+    assert "image:" in plain.stdout and "(32x32)" in plain.stdout
+    pa, pb = png_pixels(a), png_pixels(b)
+    assert pa.shape == pb.shape == (32, 32, 3)
+    assert np.abs(pa.astype(int) - pb.astype(int)).max() > 8
+    assert "#cfg" not in guided.stdout  # the companion is in no caller-visible output
+
+
+def test_bad_image_flags_exit_2_naming_them(qi_cache, tmp_path):
+    out = omni("run", "qwen-image", "--size", "big", "-o", str(tmp_path), cache=qi_cache)
+    assert out.returncode == 2 and "--size big" in out.stderr
+    out = omni("run", "tiny-omni", "--negative-prompt", "x", "-o", str(tmp_path), cache=qi_cache)
+    assert out.returncode == 2 and "--negative-prompt" in out.stderr
+    assert "produces no image" in out.stderr
+
+
+@pytest.mark.timeout(600)
+def test_guidance_without_omni_cfg_and_a_size_the_vae_refuses_exit_2(qi_cache, tiny_qi, tmp_path):
+    base = ("run", "qwen-image", "--prompt", "a red square", "-o", str(tmp_path))
+    out = omni(
+        *base, "--negative-prompt", "blurry", cache=qi_cache, env={"OMNI_DISABLE_PLUGINS": "cfg"}
+    )
+    assert out.returncode == 2 and "extra['cfg']" in out.stderr and "omni-cfg" in out.stderr
+    out = omni(*base, "--size", "40x40", cache=qi_cache)
+    assert out.returncode == 2 and "extra['diffusers'].height" in out.stderr
