@@ -10,6 +10,7 @@ The parts (:doc:`architecture.md <../docs/architecture>` draws them):
 * ``terminals`` — :class:`Terminals`: failure, abort, deadlines, the one terminal of each run;
 * ``router`` — :class:`Router`: submit, route outputs along the graph, forward, emit finals;
 * ``replicas`` — :class:`ReplicaSupervisor`: readers/intakes, replica death and restart, health;
+* ``admissions`` — :class:`Admissions`: id checks and the companions plugins admit;
 * ``port`` — :class:`Port`: what hooks may do (:class:`omni_core.views.OrchestratorPort`).
 
 Subclasses (the turn-based :class:`~omni_core.orchestrator.turn.Orchestrator`, an engine kind's
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from omni_core.errors import RpcError, StageUnavailableError
 from omni_core.messages import AbortRequest, CollectiveRpc, EngineMessage, Shutdown
+from omni_core.orchestrator.admission import Admissions
 from omni_core.orchestrator.control import collective_rpc
 from omni_core.orchestrator.emit import Emitter
 from omni_core.orchestrator.graph import Plan, StageGraph
@@ -122,6 +124,9 @@ class OrchestratorBase:
             route=self.router.on_outputs,
         )
         self.router.replica_died = self.replicas.died
+        self.admissions = Admissions(
+            pipeline=pipeline, graph=graph, table=self.table, hooks=hooks, port=self.port
+        )
 
     def _interceptor(self) -> Intercept | None:
         """Who may consume a stage output: the plugins (asked first), then the subclass's seam."""

@@ -1,21 +1,26 @@
-"""``Orchestrator``: the turn-based orchestrator (one prompt in, streamed outputs out)."""
+"""``Orchestrator``: the turn-based orchestrator (one prompt in, streamed outputs out).
+
+Thin: it decides what an ``AddRequest`` means (its ``dispatch_message`` seam) and admits it with
+the base's parts (``admissions`` for id checks and the plugins' companions, ``table``,
+``terminals`` for the deadline and rejections, ``router`` to start the runs).
+"""
 
 from __future__ import annotations
 
 import logging
 
-import msgspec
-
 from omni_core.errors import PluginError, RequestRejected
 from omni_core.messages import AddRequest, EngineMessage
+from omni_core.orchestrator.admission import bad_request, child_params
 from omni_core.orchestrator.base import OrchestratorBase
-from omni_core.orchestrator.ids import caller_id_problem, child_id
+from omni_core.orchestrator.ids import child_id
 from omni_core.orchestrator.routing import unavailable
-from omni_core.orchestrator.state import ParentState, RunState
+from omni_core.orchestrator.state import ParentState
 from omni_core.outputs import ErrorInfo
-from omni_core.sampling import SEED_MIN, SamplingParams
 
 logger = logging.getLogger(__name__)
+
+__all__ = ["Orchestrator", "child_params"]
 
 
 class Orchestrator(OrchestratorBase):
@@ -32,9 +37,9 @@ class Orchestrator(OrchestratorBase):
         rid = msg.request_id
         needed, finals = self.graph.plan(msg.modalities)
         parent = ParentState(rid, msg.stream)
-        problem = self._id_problem(rid)
+        problem = self.admissions.id_problem(rid)
         if problem is not None:
-            self._reject(parent, finals, _bad_request(problem))
+            self._reject(parent, finals, bad_request(problem))
             return
         for sid in sorted(needed):
             if not self.pools[sid].has_live():
@@ -44,7 +49,7 @@ class Orchestrator(OrchestratorBase):
         n = msg.params[first].n
         if n > self.settings.max_n:
             message = f"n={n}: at most {self.settings.max_n} parallel samples (OMNI_MAX_N)"
-            self._reject(parent, finals, _bad_request(message))
+            self._reject(parent, finals, bad_request(message))
             return
         runs = [
             self.new_run(
@@ -59,7 +64,7 @@ class Orchestrator(OrchestratorBase):
             for i in range(n)
         ]
         try:
-            companions = [self._companions(run) for run in runs]
+            companions = [self.admissions.companions(run) for run in runs]
         except RequestRejected as exc:  # the plugin's own status and message
             self._reject(parent, finals, ErrorInfo.from_exception(exc))
             return
@@ -67,9 +72,9 @@ class Orchestrator(OrchestratorBase):
             self._reject(parent, finals, ErrorInfo.from_exception(exc, status_code=400))
             return
         if n > 1 or any(companions):
-            problem = self._derived_ids_problem(rid, runs, companions)
+            problem = self.admissions.derived_ids_problem(rid, runs, companions)
             if problem is not None:
-                self._reject(parent, finals, _bad_request(problem))
+                self._reject(parent, finals, bad_request(problem))
                 return
         self.table.parents[rid] = parent
         for run, extra in zip(runs, companions, strict=True):
@@ -87,89 +92,6 @@ class Orchestrator(OrchestratorBase):
                 if not companion.terminal:
                     await self.router.start(companion)
 
-    def _id_problem(self, rid: str) -> str | None:
-        """Why a caller's id cannot be admitted: in flight as a request or as any run (a child,
-        a companion), or not a caller's id (the engine refuses those before; this keeps the
-        tables sound for any caller of the orchestrator)."""
-        if self.table.holds(rid):
-            return f"request id '{rid}' is already in flight"
-        return caller_id_problem(rid)
-
-    def _derived_ids_problem(
-        self, rid: str, runs: list[RunState], companions: list[list[RunState]]
-    ) -> str | None:
-        """Why the ids derived for a request (children, companions) cannot be registered: one is
-        an in-flight request's or run's id, or two of them are the same."""
-        ids = [run.run_id for run in runs]
-        ids.extend(c.run_id for extra in companions for c in extra)
-        seen: set[str] = set()
-        for run_id in ids:
-            if run_id in seen or self.table.holds(run_id):
-                return (
-                    f"request id '{rid}': its internal run id '{run_id}' is already in flight "
-                    "(choose another request id)"
-                )
-            seen.add(run_id)
-        return None
-
-    def _companions(self, run: RunState) -> list[RunState]:
-        if not self.hooks.has_admission:
-            return []
-        made: list[RunState] = []
-        for admission in self.hooks.admit_request(
-            request_id=run.run_id,
-            request=run,
-            prompt=run.prompt,
-            pipeline=self.pipeline.config,
-            params=run.params,
-            port=self.port,
-        ):
-            run.tags.update(admission.tags)
-            for spec in admission.companions:
-                params = dict(run.params)
-                if isinstance(spec.sampling_params, dict):
-                    params.update(spec.sampling_params)
-                elif spec.sampling_params is not None:
-                    params = {sid: spec.sampling_params for sid in params}
-                needed, finals = run.needed, run.finals
-                if spec.final_stage is not None:
-                    if spec.final_stage not in run.needed:
-                        raise PluginError(
-                            f"companion '{spec.suffix}': final_stage {spec.final_stage} is not "
-                            "a stage of this request"
-                        )
-                    needed, finals = self.graph.plan_until(spec.final_stage)
-                companion = self.new_run(
-                    run.run_id + spec.suffix,
-                    run.parent,
-                    run.index,
-                    spec.prompt,
-                    params,
-                    needed,
-                    finals,
-                )
-                companion.companion_of = run
-                companion.tags.update(spec.metadata)
-                made.append(companion)
-        if made:
-            run.companions = made
-        return made
-
     def _reject(self, parent: ParentState, finals: tuple[int, ...], error: ErrorInfo) -> None:
         """The one error terminal of a request refused before admission."""
         self.terminals.emit_error(parent, 0, finals[-1], error)
-
-
-def _bad_request(message: str) -> ErrorInfo:
-    return ErrorInfo(type="RequestError", message=message, status_code=400)
-
-
-def child_params(params: dict[int, SamplingParams], index: int) -> dict[int, SamplingParams]:
-    """Child ``index``'s params: a seeded stage samples with ``seed + index`` (vLLM's parallel
-    sampling), so seeded children differ from each other and reproduce run to run."""
-    out = dict(params)
-    for sid, p in params.items():
-        if p.seed is not None:
-            seed = (p.seed + index - SEED_MIN) % 2**64 + SEED_MIN  # stays a signed 64-bit int
-            out[sid] = msgspec.structs.replace(p, seed=seed)
-    return out
