@@ -222,11 +222,39 @@ class ImageRequest(_Body):
     size: str | None = None
     response_format: Literal["b64_json"] = "b64_json"
     seed: int | None = None
+    negative_prompt: str | None = None
+    guidance_scale: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    num_inference_steps: int | None = Field(default=None, ge=1)
 
     def overrides(self) -> dict[str, Any]:
         out: dict[str, Any] = {"n": self.n} if self.n != 1 else {}
         if self.seed is not None:
             out["seed"] = self.seed
+        return out
+
+    def extra(self) -> dict[str, Any]:
+        """Request-level ``extra`` of the image stages: ``diffusers`` (width, height, steps,
+        seed), ``diffusion`` (steps) and guidance as omni-cfg's override (``cfg``)."""
+        out: dict[str, Any] = {}
+        image: dict[str, Any] = {}
+        if self.size is not None:
+            width, _, height = self.size.lower().partition("x")
+            if not (width.isdigit() and height.isdigit()):
+                raise ApiError(400, f"size {self.size!r}: expected WIDTHxHEIGHT", param="size")
+            image.update(width=int(width), height=int(height))
+        if self.num_inference_steps is not None:
+            image["steps"] = self.num_inference_steps
+            out["diffusion"] = {"steps": self.num_inference_steps}
+        if self.seed is not None:
+            image["seed"] = self.seed
+        if image:
+            out["diffusers"] = image
+        if self.negative_prompt is not None or self.guidance_scale is not None:
+            scale = 4.0 if self.guidance_scale is None else self.guidance_scale
+            cfg: dict[str, Any] = {"guidance_scale": scale}
+            if self.negative_prompt is not None:
+                cfg["negative_prompt"] = self.negative_prompt
+            out["cfg"] = cfg
         return out
 
 

@@ -79,7 +79,7 @@ class DiffusersEngine(TorchStageEngine):
         scale = _pick(options.true_cfg_scale, self.args.true_cfg_scale)
         conds = self.conditionings(request.prompt, scale)
         _check_guidance(params.extra, request.prompt)
-        seed = params.seed if params.seed is not None else self.args.seed
+        seed = _pick(options.seed, _pick(params.seed, self.args.seed))
         generator = torch.Generator().manual_seed(int(seed))
         channels = self.pipe.transformer.config.in_channels // 4
         latents = self.pipe.prepare_latents(

@@ -68,6 +68,7 @@ class DiffusersOptions(BaseModel):
     width: int | None = Field(default=None, ge=MULTIPLE, multiple_of=MULTIPLE)
     true_cfg_scale: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     preview_every: int | None = Field(default=None, ge=0, description="0: no previews")
+    seed: int | None = Field(default=None, description="noise seed (over params.seed)")
 
 
 def make_diffusers_client(stage: Any, replica: int, context: StageContext) -> ProcessStageClient:
