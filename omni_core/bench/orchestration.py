@@ -346,7 +346,7 @@ def bench_scaling(quick: bool) -> list[Row]:
 
 
 def bench_plugins(quick: bool) -> list[Row]:
-    """omni-cfg and omni-duplex installed vs disabled (omni_core/bench/plugins.py)."""
+    """The installed plugins vs none, in pipelines that do not use them (bench/plugins.py)."""
     from omni_core.bench.plugins import bench_plugins
 
     return bench_plugins(quick)

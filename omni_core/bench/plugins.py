@@ -1,18 +1,19 @@
-"""``omni bench plugins``: what installing omni-cfg and omni-duplex costs pipelines that do not
-use them. Plugins take part only in the pipelines that use them (``omni_core.plugin.scope``), so
-the goal is the same streamed stages and a throughput ratio of at least 0.98.
+"""``omni bench plugins``: what the installed plugins (the ``omni_core.plugins`` entry points,
+e.g. omni-cfg) cost pipelines that do not use them. Plugins take part only in the pipelines that
+use them (``omni_core.plugin.scope``), so the goal is the same streamed stages and
+a throughput ratio of at least 0.98.
 
 Two loads on the fake engine (``bench-fake``), each run by three engines in one process, measured
-in alternating rounds: plugins disabled (``OMNI_DISABLE_PLUGINS=cfg,duplex``, the baseline),
-installed, and installed with every plugin taking part in every pipeline (what plugin API 1 did;
-shown for reference). Loads:
+in alternating rounds: no plugin loaded from entry points (the baseline), every installed plugin
+loaded, and every installed plugin taking part in every pipeline (what plugin API 1 did; shown
+for reference). Loads:
 
 * **tiny-omni shape**: thinker (final, text) → talker → vocoder (final, audio) with ``on_finish``
   edges; the talker answers in vLLM's final-only mode when nobody reads its deltas;
 * **bench load K=3**: the chain of ``omni bench throughput`` (only the last stage final).
 
-Figures: requests/s (64 callers back to back; the ratio to the disabled setup is the figure of
-record), requests per second of process CPU time (steadier when other processes share the
+Figures: requests/s (64 callers back to back; the ratio to the setup without plugins is the
+figure of record), requests per second of process CPU time (steadier when other processes share the
 machine: it leaves out time spent waiting for a core), and the stages the orchestrator asked to
 stream their deltas. Rounds alternate between the setups, each round in a rotated order, with
 the garbage collector off during a round (collected before it). Each figure is the setup's best
@@ -34,8 +35,11 @@ from omni_core.config.settings import OmniSettings
 from omni_core.engine.async_engine import AsyncOmniEngine
 from omni_core.plugin.hooks import PluginHost
 
-PLUGINS = ("cfg", "duplex")
-EVERYWHERE = "every plugin in every pipeline"
+SETUPS = {
+    "none": "no entry-point plugins",
+    "installed": "installed plugins",
+    "everywhere": "every plugin in every pipeline",
+}
 CONCURRENCY = 64
 
 
@@ -61,19 +65,23 @@ def tiny_omni_shape() -> PipelineConfig:
 
 
 def hosts() -> dict[str, PluginHost]:
-    """The three plugin setups; CheckFailed when omni-cfg or omni-duplex is not installed."""
+    """The three plugin setups (keys of :data:`SETUPS`), each with the ``bench-fake`` kind."""
     extra = [("bench", fake)]
-    disabled = PluginHost.create(OmniSettings(disable_plugins=list(PLUGINS)), extra_plugins=extra)
     settings = OmniSettings(disable_plugins=[])
-    installed = PluginHost.create(settings, extra_plugins=extra)
-    missing = [name for name in PLUGINS if installed.pm.get_plugin(name) is None]
-    if missing:
-        raise CheckFailed(
-            f"plugin(s) {missing} not installed: omni bench plugins needs omni-cfg and "
-            "omni-duplex (./setup.sh installs both)"
-        )
-    everywhere = _EveryPipeline.create(settings, extra_plugins=extra)
-    return {"disabled": disabled, "installed": installed, "everywhere": everywhere}
+    return {
+        "none": PluginHost.create(settings, load_entry_points=False, extra_plugins=extra),
+        "installed": PluginHost.create(settings, extra_plugins=extra),
+        "everywhere": _EveryPipeline.create(settings, extra_plugins=extra),
+    }
+
+
+def installed_plugins(host: PluginHost) -> list[str]:
+    """Names of the plugins loaded from entry points."""
+    return sorted(
+        name
+        for name, info in host.pm.plugin_info.items()
+        if not info.builtin and info.distribution != "<local>"
+    )
 
 
 async def _drive(engine: AsyncOmniEngine, seconds: float, outputs: int) -> tuple[float, float]:
@@ -150,6 +158,7 @@ def _stages(stages: frozenset[int]) -> str:
 
 def bench_plugins(quick: bool) -> list[Row]:
     setups = hosts()
+    names = ", ".join(installed_plugins(setups["installed"])) or "none"
     rounds, seconds = (4, 0.08) if quick else (12, 0.3)
     cases = [("tiny-omni shape", tiny_omni_shape(), 2 * TOKENS)]
     if not quick:
@@ -157,17 +166,19 @@ def bench_plugins(quick: bool) -> list[Row]:
     rows = []
     for case, config, outputs in cases:
         rate, streamed = measure_case(config, outputs, setups, rounds, seconds)
-        if streamed["installed"] != streamed["disabled"]:
+        if streamed["installed"] != streamed["none"]:
             raise CheckFailed(
-                f"{case}: cfg and duplex installed change the streamed stages: "
-                f"{_stages(streamed['installed'])} vs {_stages(streamed['disabled'])} disabled"
+                f"{case}: the installed plugins ({names}) change the streamed stages: "
+                f"{_stages(streamed['installed'])} vs {_stages(streamed['none'])} without them"
             )
-        label = f"{'+'.join(PLUGINS)} disabled"
+        label = SETUPS["none"]
         for i, (figure, unit) in enumerate((("requests/s", "req/s"), ("requests/CPU s", "req"))):
-            base = rate["disabled"][i]
+            base = rate["none"][i]
             rows.append(Row("plugins", case, f"{figure}, {label}", base, unit))
-            for setup, what in (("installed", "installed"), ("everywhere", EVERYWHERE)):
-                value = rate[setup][i]
+            for setup in ("installed", "everywhere"):
+                value, what = rate[setup][i], SETUPS[setup]
+                if setup == "installed":
+                    what += f" ({names})"
                 rows.append(Row("plugins", case, f"{figure}, {what}", value, unit, base, label))
         sets = ", ".join(f"{name} {_stages(stages)}" for name, stages in streamed.items())
         rows.append(
@@ -177,8 +188,8 @@ def bench_plugins(quick: bool) -> list[Row]:
                 f"streamed stages: {sets}",
                 len(streamed["installed"]),
                 "stages",
-                len(streamed["disabled"]),
-                "disabled",
+                len(streamed["none"]),
+                SETUPS["none"],
             )
         )
     return rows
