@@ -76,3 +76,26 @@ def test_qwen2_export_gives_the_vl_encoders_last_hidden_states(tiny_qi, pipe):
         ref, mask = pipe.encode_prompt("two cats on a table", device="cpu")
     assert mask is None and ours.shape == ref[0].shape
     assert (ours - ref[0]).abs().max() <= 1e-5
+
+
+def test_export_config_reads_the_lm_fields_of_flat_and_nested_vl_configs():
+    from omni_qwen_image.export import qwen2_config
+
+    flat = {  # the older Qwen2.5-VL layout: the LM's fields at the top level
+        "hidden_size": 3584,
+        "intermediate_size": 18944,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 28,
+        "num_key_value_heads": 4,
+        "vocab_size": 152064,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 1000000.0,
+        "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]},
+        "vision_config": {"depth": 32},
+    }
+    nested = {"text_config": {**flat, "rope_theta": 5.0}, "vision_config": {}}
+    for config, theta in ((flat, 1e6), (nested, 5.0)):
+        qwen2 = qwen2_config(config, tied=False)
+        assert (qwen2.hidden_size, qwen2.num_key_value_heads, qwen2.vocab_size) == (3584, 4, 152064)
+        assert qwen2.rope_parameters == {"rope_type": "default", "rope_theta": theta}
+        assert qwen2.architectures == ["Qwen2ForCausalLM"] and not qwen2.tie_word_embeddings

@@ -64,6 +64,8 @@ class DiffusersEngine(TorchStageEngine):
             str(model), text_encoder=None, tokenizer=None, dtype=self.dtype
         )
         self.pipe.set_progress_bar_config(disable=True)
+        self.device = torch.device(self.args.device)
+        self.pipe.to(self.device)
         self.hidden_size = int(self.pipe.transformer.config.joint_attention_dim)
         self.plane = default_plane()
         self.samples: dict[str, Sample] = {}
@@ -82,8 +84,8 @@ class DiffusersEngine(TorchStageEngine):
         seed = _pick(options.seed, _pick(params.seed, self.args.seed))
         generator = torch.Generator().manual_seed(int(seed))
         channels = self.pipe.transformer.config.in_channels // 4
-        latents = self.pipe.prepare_latents(
-            1, channels, height, width, self.dtype, "cpu", generator
+        latents = self.pipe.prepare_latents(  # drawn on the CPU (the generator's), as diffusers
+            1, channels, height, width, self.dtype, self.device, generator
         )
         scheduler, timesteps = self.schedule(steps, latents.shape[1])
         preview = _pick(options.preview_every, self.args.preview_every)
@@ -141,7 +143,7 @@ class DiffusersEngine(TorchStageEngine):
             )
         if not tensor.is_floating_point() or not bool(torch.isfinite(tensor).all()):
             raise RequestError(f"{where}: finite floats expected", param=where)
-        return tensor.to(self.dtype)[None]
+        return tensor.to(self.device, self.dtype)[None]
 
     def schedule(self, steps: int, image_seq_len: int) -> tuple[Any, Any]:
         """A fresh scheduler with the pipeline's sigmas and resolution-dependent shift."""
@@ -161,7 +163,7 @@ class DiffusersEngine(TorchStageEngine):
             config.get("max_shift", 1.15),
         )
         sigmas = np.linspace(1.0, 1 / steps, steps)
-        timesteps, _ = retrieve_timesteps(scheduler, steps, "cpu", sigmas=sigmas, mu=mu)
+        timesteps, _ = retrieve_timesteps(scheduler, steps, self.device, sigmas=sigmas, mu=mu)
         scheduler.set_begin_index(0)
         return scheduler, timesteps
 
@@ -251,8 +253,8 @@ class DiffusersEngine(TorchStageEngine):
         vae = pipe.vae
         x = pipe._unpack_latents(latents, height, width, pipe.vae_scale_factor).to(vae.dtype)
         z = vae.config.z_dim
-        mean = torch.tensor(vae.config.latents_mean).view(1, z, 1, 1, 1).to(x.dtype)
-        std = 1.0 / torch.tensor(vae.config.latents_std).view(1, z, 1, 1, 1).to(x.dtype)
+        mean = torch.tensor(vae.config.latents_mean).view(1, z, 1, 1, 1).to(x.device, x.dtype)
+        std = 1.0 / torch.tensor(vae.config.latents_std).view(1, z, 1, 1, 1).to(x.device, x.dtype)
         image = vae.decode(x / std + mean, return_dict=False)[0][:, :, 0]
         return pipe.image_processor.postprocess(image, output_type="np")[0].astype("float32")
 

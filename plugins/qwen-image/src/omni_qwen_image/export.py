@@ -47,7 +47,8 @@ def _rename(name: str) -> str | None:
 def qwen2_config(vl_config: dict[str, Any], tied: bool) -> Any:
     from transformers import Qwen2Config
 
-    text = vl_config.get("text_config") or vl_config
+    # older checkpoints keep the LM's fields at the top level, newer ones in text_config
+    text = {**vl_config, **(vl_config.get("text_config") or {})}
     rope = text.get("rope_parameters") or text.get("rope_scaling") or {}
     theta = rope.get("rope_theta", text.get("rope_theta", 1e6))
     kwargs = {k: text[k] for k in _TEXT_KEYS if text.get(k) is not None}

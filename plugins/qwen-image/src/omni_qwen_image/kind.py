@@ -42,6 +42,9 @@ class DiffusersArgs(BaseModel):
         default=None, ge=1, description="stream a preview image every k steps (unset: none)"
     )
     dtype: str = Field(default="float32", description="torch dtype: float32 or bfloat16")
+    device: str = Field(
+        default="cpu", description="torch device of the models and latents (e.g. cuda)"
+    )
     threads: int = Field(default=1, ge=1, description="torch threads of this replica")
     seed: int = Field(default=0, description="noise seed when a request gives none")
     env: dict[str, str] = Field(
