@@ -45,3 +45,19 @@ def local_ray():
         except psutil.NoSuchProcess:
             pass
     assert left == []
+
+
+@pytest.fixture(scope="session")
+def tiny_omni_local(tmp_path_factory):
+    """`omni run tiny-omni --seed 7 --runtime local`, once: the reference the Ray runs (one
+    node, a simulated cluster) must reproduce: its thinker lines and its WAV's bytes."""
+    from tests.ray.helpers import omni_run, thinker_lines
+
+    out = tmp_path_factory.mktemp("tiny-omni-local")
+    run = omni_run("tiny-omni", out, "--runtime", "local")
+    assert run.returncode == 0, run.stderr[-2000:]
+    text = thinker_lines(run.stdout)
+    assert text and len(text[0]) > 20
+    [wav] = out.glob("*.wav")
+    assert "Ray" not in run.stderr
+    return {"text": text, "wav": wav.read_bytes()}

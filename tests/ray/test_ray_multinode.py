@@ -9,15 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
+from pathlib import Path
 
 import pytest
 
+import omni_core
 from omni_core import OmniSettings
 from omni_core.config.pipeline import PipelineConfig
 from omni_core.engine.factory import create_engine
 from omni_core.errors import OmniError
 from omni_core.plugin.hooks import PluginHost
+from omni_core.stage.ray_placement import state_address
 from tests.helpers import by_stage, chain, collect
 from tests.ray.cluster import (
     actor_nodes,
@@ -26,6 +30,7 @@ from tests.ray.cluster import (
     simulated_cluster,
     stage_actors_alive,
 )
+from tests.ray.helpers import clean_env, omni_run, thinker_lines
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -155,6 +160,70 @@ stages:
     finally:
         engine.shutdown()
     assert omni_groups_not_removed() == []
+
+
+def pinned_tiny_omni() -> str:
+    """tiny-omni with runtime ray, the thinker on the thinker node, talker and vocoder on the
+    talker node (amounts no other test asks for: its actors are found by them afterwards)."""
+    text = (Path(omni_core.__file__).parent / "pipelines" / "tiny-omni.yaml").read_text()
+    pins = {
+        "thinker": "thinker_node: 0.3",
+        "talker": "talker_node: 0.3",
+        "vocoder": "talker_node: 0.35",
+    }
+    text = text.replace("name: tiny-omni\n", "name: tiny-omni\nruntime: ray\n")
+    for stage, pin in pins.items():
+        line = f"    name: {stage}\n"
+        assert line in text
+        text = text.replace(line, f"{line}    resources: {{num_cpus: 0.1, custom: {{{pin}}}}}\n")
+    return text
+
+
+@pytest.mark.timeout(400)
+def test_tiny_omni_pinned_to_nodes_matches_local(cluster, tmp_path, tiny_omni_local):
+    """Real vLLM stages on the nodes they ask for (state API), audio from the talker node's
+    vocoder to the driver through the object store: text and WAV as `--runtime local`."""
+    from ray.util.state import list_actors
+
+    pipeline = tmp_path / "tiny-omni-pinned.yaml"
+    pipeline.write_text(pinned_tiny_omni())
+    joined = {k: os.environ[k] for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN") if k in os.environ}
+    env = clean_env(
+        OMNI_LOG_LEVEL="INFO",
+        RAY_ADDRESS=cluster.address,
+        RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0",  # the simulated cluster lives on loopback
+        **joined,
+    )
+    run = omni_run(str(pipeline), tmp_path / "out", env=env)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert f"joined the cluster at {cluster.address}" in run.stderr
+    assert thinker_lines(run.stdout) == tiny_omni_local["text"]
+    [wav] = (tmp_path / "out").glob("*.wav")
+    assert wav.read_bytes() == tiny_omni_local["wav"]
+    actors = list_actors(
+        address=state_address(),
+        filters=[("class_name", "=", "StageActor")],
+        detail=True,
+        limit=10_000,
+    )
+    where = {}
+    for actor in actors:
+        need = actor.required_resources or {}
+        for resource, amount in (
+            ("thinker_node", 0.3),
+            ("talker_node", 0.3),
+            ("talker_node", 0.35),
+        ):
+            if need.get(resource) == amount:
+                assert actor.state == "DEAD"  # the run shut them down
+                where[(resource, amount)] = actor.node_id
+    [thinker_node] = node_with("thinker_node")
+    [talker_node] = node_with("talker_node")
+    assert where == {
+        ("thinker_node", 0.3): thinker_node,
+        ("talker_node", 0.3): talker_node,
+        ("talker_node", 0.35): talker_node,
+    }
 
 
 @pytest.mark.parametrize(

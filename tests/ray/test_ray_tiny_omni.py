@@ -18,39 +18,21 @@ from pathlib import Path
 
 import pytest
 
-from tests.ray.helpers import clean_env, import_psutil
+from tests.ray.helpers import clean_env, import_psutil, omni_run, thinker_lines
 
-OMNI = str(Path(sys.executable).parent / "omni")
 pytestmark = pytest.mark.timeout(240)
 
 
-def omni_run(runtime: str, out: Path) -> subprocess.CompletedProcess[str]:
-    env = clean_env(OMNI_LOG_LEVEL="INFO")
-    return subprocess.run(
-        [OMNI, "run", "tiny-omni", "--seed", "7", "--runtime", runtime, "-o", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=200,
-        env=env,
-    )
-
-
-def test_omni_run_tiny_omni_on_ray_matches_local(tmp_path):
-    local = omni_run("local", tmp_path / "local")
-    ray = omni_run("ray", tmp_path / "ray")
-    assert local.returncode == 0, local.stderr[-2000:]
+def test_omni_run_tiny_omni_on_ray_matches_local(tmp_path, tiny_omni_local):
+    ray = omni_run("tiny-omni", tmp_path / "ray", "--runtime", "ray")
     assert ray.returncode == 0, ray.stderr[-2000:]
-    text = [line for line in local.stdout.splitlines() if line.startswith("[thinker]")]
-    assert text and len(text[0]) > 20
-    assert text == [line for line in ray.stdout.splitlines() if line.startswith("[thinker]")]
-    [wav_local] = (tmp_path / "local").glob("*.wav")
+    assert thinker_lines(ray.stdout) == tiny_omni_local["text"]
     [wav_ray] = (tmp_path / "ray").glob("*.wav")
-    assert wav_local.read_bytes() == wav_ray.read_bytes()  # audio through the object store
+    assert wav_ray.read_bytes() == tiny_omni_local["wav"]  # audio through the object store
     assert "started a local Ray on 127.0.0.1:" in ray.stderr
     assert "stopped the local Ray" in ray.stderr
     supervisor = int(re.search(r"supervisor pid (\d+)", ray.stderr).group(1))
     assert not import_psutil().pid_exists(supervisor)  # stopped, and waited for
-    assert "Ray" not in local.stderr
 
 
 EXTERNAL = """
