@@ -287,16 +287,17 @@ def test_a_group_no_strategy_can_place_says_why(cluster, group, replicas, expect
 
 def test_node_loss_fails_only_its_requests_and_restarts_where_resources_allow(cluster, caplog):
     caplog.set_level(logging.INFO)
-    # flex: a restarted replica fits the surviving worker; fixed: one slot per worker, so the
-    # replica of the lost node has nowhere to go
+    # flex: one placement group (SPREAD), a replica per worker; the surviving worker can take
+    # the lost one's bundle. fixed: one slot per worker, so the lost replica has nowhere to go
     flex = make("""
 name: flex
 runtime: ray
+placement_group: SPREAD
 stages:
   - {id: 0, name: flex, kind: scripted, replicas: 2,
      engine_args: {num_tokens: 400, delay_s: 0.005}, final_output: true,
      restart: {policy: on-failure, max_restarts: 1, backoff_s: 0.05},
-     resources: {num_cpus: 0.1, custom: {worker: 0.25}, strategy: SPREAD}}
+     resources: {num_cpus: 0.1, custom: {worker: 0.25}}}
 """)
     fixed = None
     try:
@@ -334,7 +335,8 @@ stages:
             else:
                 assert len(outs) == 400
 
-        # flex: our restart policy placed a fresh replica on the surviving worker
+        # flex: Ray moved the lost node's bundle of the placement group to the surviving
+        # worker, and our restart policy started a fresh replica in it
         deadline = time.monotonic() + 60
         while flex.health()["stages"]["flex"]["replicas"] != [True, True]:
             assert time.monotonic() < deadline, flex.health()
