@@ -94,7 +94,7 @@ class OrchestratorBase:
             tasks=self.tasks,
             hooks=hooks,
             port=self.port,
-            runs_ended=self.on_runs_ended,
+            runs_ended=self.on_runs_ended if self._overrides("on_runs_ended") else None,
         )
         intercept = self._interceptor()
         # Stages whose every delta someone reads even when they are not a run's final stage:
@@ -112,7 +112,7 @@ class OrchestratorBase:
             port=self.port,
             streamed_stages=frozenset(graph.order) if watched else graph.stream_sources,
             intercept=intercept,
-            submitted=self.on_stage_submitted,
+            submitted=self.on_stage_submitted if self._overrides("on_stage_submitted") else None,
             forward_failure=self.handle_forward_failure,
         )
         self.replicas = ReplicaSupervisor(
@@ -128,12 +128,13 @@ class OrchestratorBase:
             pipeline=pipeline, graph=graph, table=self.table, hooks=hooks, port=self.port
         )
 
+    def _overrides(self, seam: str) -> bool:
+        """Whether the subclass overrides a seam (a seam left as is costs no call per event)."""
+        return getattr(type(self), seam) is not getattr(OrchestratorBase, seam)
+
     def _interceptor(self) -> Intercept | None:
         """Who may consume a stage output: the plugins (asked first), then the subclass's seam."""
-        overridden = (
-            type(self).intercept_stage_output is not OrchestratorBase.intercept_stage_output
-        )
-        seam = self.intercept_stage_output if overridden else None
+        seam = self.intercept_stage_output if self._overrides("intercept_stage_output") else None
         if not self.hooks.has_output_interceptors:
             return seam
         hooks, port = self.hooks, self.port

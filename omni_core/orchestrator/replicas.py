@@ -45,6 +45,7 @@ class ReplicaSupervisor:
         self.tasks = tasks
         self.terminals = terminals
         self.route = route
+        self.stop = tasks.stop
         self.readers: dict[tuple[int, int], asyncio.Task[None]] = {}
 
     def start(self) -> None:
@@ -56,11 +57,12 @@ class ReplicaSupervisor:
         """Take a replica's outputs: through an intake if its client pushes, else a reader."""
         client = pool.client(replica)
         assert client is not None
-        label = f"omni-reader-{pool.stage_id}-{replica}"
+        sid = pool.stage_id
+        label = f"omni-reader-{sid}-{replica}"
         if isinstance(client, PushingStageClient):
             client.set_output_sink(
                 ReplicaIntake(
-                    lambda outputs: self._take_outputs(pool, replica, client, outputs),
+                    lambda outputs: self._take_outputs(pool, sid, replica, client, outputs),
                     lambda error: self._take_death(pool, replica, client, error),
                     self.tasks.spawn,
                     self.tasks.fatal,
@@ -68,15 +70,16 @@ class ReplicaSupervisor:
                 )
             )
             return
-        self.readers[(pool.stage_id, replica)] = self.tasks.loop.create_task(
+        self.readers[(sid, replica)] = self.tasks.loop.create_task(
             self._read_replica(pool, replica, client), name=label
         )
 
     async def _read_replica(self, pool: StagePool, replica: int, client: StageClient) -> None:
+        sid = pool.stage_id
         try:
             while True:
                 outputs = await client.get_outputs()
-                await self._take_outputs(pool, replica, client, outputs)
+                await self._take_outputs(pool, sid, replica, client, outputs)
         except asyncio.CancelledError:
             raise
         except EngineDeadError as exc:
@@ -85,12 +88,17 @@ class ReplicaSupervisor:
             self.tasks.fatal(exc)
 
     async def _take_outputs(
-        self, pool: StagePool, replica: int, client: StageClient, outputs: list[StageOutput]
+        self,
+        pool: StagePool,
+        stage_id: int,
+        replica: int,
+        client: StageClient,
+        outputs: list[StageOutput],
     ) -> None:
         """Route one batch of a replica's outputs (unless it was evicted or we are stopping)."""
-        if pool.clients[replica] is not client or self.tasks.stop.is_set():
+        if pool.clients[replica] is not client or self.stop.is_set():
             return
-        await self.route(pool.stage_id, replica, outputs)
+        await self.route(stage_id, replica, outputs)
         self.emitter.flush_soon()  # once per loop turn, however many replicas' batches it routed
 
     async def _take_death(

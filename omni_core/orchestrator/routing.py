@@ -51,7 +51,7 @@ class Router:
         port: Port,
         streamed_stages: frozenset[int],
         intercept: Intercept | None,
-        submitted: Submitted,
+        submitted: Submitted | None,
         forward_failure: ForwardFailure,
     ) -> None:
         self.pipeline = pipeline
@@ -69,7 +69,7 @@ class Router:
         self.fan_in = graph.fan_in
         self.stage_info = graph.stage_info
         self.intercept = intercept  # None: nobody intercepts (the common case costs nothing)
-        self.submitted = submitted
+        self.submitted = submitted  # the subclass's on_stage_submitted seam, None if not overridden
         self.forward_failure = forward_failure
         self.replica_died: ReplicaDied | None = None  # set by the orchestrator
 
@@ -121,7 +121,8 @@ class Router:
             sr.submitted = False
             await self._forward_failed(run, stage_id, exc)
             return
-        self.submitted(run, stage_id, replica)
+        if self.submitted is not None:
+            self.submitted(run, stage_id, replica)
         self.hooks.stage_submitted(run.run_id, run, stage_id, replica, self.port)
 
     async def _forward_failed(self, run: RunState, stage_id: int, exc: BaseException) -> None:

@@ -39,7 +39,7 @@ class Terminals:
         tasks: TaskSupervisor,
         hooks: PluginHost,
         port: Port,
-        runs_ended: RunsEnded,
+        runs_ended: RunsEnded | None,
     ) -> None:
         self.pipeline = pipeline
         self.pools = pools
@@ -48,7 +48,7 @@ class Terminals:
         self.tasks = tasks
         self.hooks = hooks
         self.port = port
-        self.runs_ended = runs_ended
+        self.runs_ended = runs_ended  # the subclass's on_runs_ended seam, None if not overridden
 
     # ------------------------------------------------------------------------------------------
     # failure
@@ -192,7 +192,8 @@ class Terminals:
             if not companion.terminal:
                 self.terminate(companion, finish_reason, error)
         self.table.release(run)
-        self.runs_ended([run.run_id], finish_reason, error)
+        if self.runs_ended is not None:
+            self.runs_ended([run.run_id], finish_reason, error)
         self.hooks.request_terminal(run.run_id, run, finish_reason, error, self.port)
 
     async def _abort_quietly(self, run: RunState) -> None:
