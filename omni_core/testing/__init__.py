@@ -5,7 +5,9 @@
   ``process: true`` replicas;
 * pytest fixtures, opt-in with ``pytest_plugins = ["omni_core.testing"]``: ``omni_settings``,
   ``plugin_host`` (a fresh plugin manager per test), ``fake_entry_points``, ``make_engine``
-  (an engine from a YAML string, shut down after the test).
+  (an engine from a YAML string, shut down after the test);
+* :func:`omni_core.testing.public_api.public_api_violations`: whether a plugin's source uses only
+  omni-core's public API (``omni_core.PUBLIC_MODULES``, no private of a core object).
 
 Importing this package outside pytest does not import pytest.
 """
