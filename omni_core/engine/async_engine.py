@@ -20,7 +20,7 @@ from omni_core.sampling import SamplingParams
 class AsyncOmniEngine(OmniEngineBase):
     """``AsyncOmniEngine(pipeline)``: a YAML path, a registered pipeline name or a config."""
 
-    def _create_orchestrator(self, **kwargs: Any) -> OrchestratorBase:
+    def create_orchestrator(self, **kwargs: Any) -> OrchestratorBase:
         return Orchestrator(**kwargs)
 
     async def generate(

@@ -1,7 +1,7 @@
 """``OmniEngineBase``: owns the orchestrator thread, the queues, correlated calls and shutdown.
 
-Seams for subclasses: :meth:`_validate_deployment` (before any stage starts) and
-:meth:`_create_orchestrator` (on the orchestrator thread, after stages started). What an engine
+Seams for subclasses: :meth:`validate_deployment` (before any stage starts) and
+:meth:`create_orchestrator` (on the orchestrator thread, after stages started). What an engine
 kind talks to its orchestrator with: :meth:`call` (a correlated message, answered by the
 orchestrator's ``reply``), :meth:`post` (a one-way message), :meth:`track_stream` /
 :meth:`untrack_stream` (caller streams that get ``EngineDeadError`` when the engine dies) and
@@ -66,7 +66,7 @@ class OmniEngineBase:
         self._ids = itertools.count()
         self.default_params = self._default_params()
         self._check_engine_kind()
-        self._validate_deployment()
+        self.validate_deployment()
         self.metrics_server: Any = None
         metrics = None
         if self.settings.metrics_port is not None:  # embedded engines expose /metrics too
@@ -76,7 +76,7 @@ class OmniEngineBase:
             self.plugins.register(metrics, "omni-metrics")
         self._runtime = EngineRuntime(self.pipeline, self.settings, self.plugins)
         self._finalizer = weakref.finalize(self, self._runtime.shutdown, 1.0)
-        self._runtime.start(self._create_orchestrator, self.settings.startup_timeout_s)
+        self._runtime.start(self.create_orchestrator, self.settings.startup_timeout_s)
         if metrics is not None and self.settings.metrics_port is not None:
             from omni_core.serve.metrics import serve_metrics
 
@@ -85,7 +85,7 @@ class OmniEngineBase:
             )
 
     # --- seams ----------------------------------------------------------------------------------
-    def _validate_deployment(self) -> None:
+    def validate_deployment(self) -> None:
         """Check the pipeline before any stage starts (raise ConfigError). Default: nothing."""
 
     def _check_engine_kind(self) -> None:
@@ -100,7 +100,7 @@ class OmniEngineBase:
                 ]
             )
 
-    def _create_orchestrator(self, **kwargs: Any) -> OrchestratorBase:
+    def create_orchestrator(self, **kwargs: Any) -> OrchestratorBase:
         """Build the orchestrator (called on the orchestrator thread after stages started)."""
         raise NotImplementedError
 

@@ -190,7 +190,7 @@ async def test_a_subclass_looking_at_outputs_gets_every_stage_streamed(monkeypat
             return False
 
     class Engine(AsyncOmniEngine):
-        def _create_orchestrator(self, **kwargs):
+        def create_orchestrator(self, **kwargs):
             return Watching(**kwargs)
 
     seen = recording(monkeypatch)

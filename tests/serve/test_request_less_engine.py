@@ -26,7 +26,7 @@ stages:
 class StreamOnlyEngine(OmniEngineBase):
     """Served only through its plugin's route: no ``generate``."""
 
-    def _create_orchestrator(self, **kwargs: Any) -> Orchestrator:
+    def create_orchestrator(self, **kwargs: Any) -> Orchestrator:
         return Orchestrator(**kwargs)
 
 

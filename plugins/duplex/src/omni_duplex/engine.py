@@ -39,7 +39,7 @@ class DuplexOmniEngine(OmniEngineBase):
     """``DuplexOmniEngine(pipeline)`` — or ``omni_core.create_engine`` on a pipeline with
     ``engine: duplex``."""
 
-    def _validate_deployment(self) -> None:
+    def validate_deployment(self) -> None:
         section = self.pipeline.sections.get("duplex")
         self.duplex_config = section if isinstance(section, DuplexSection) else DuplexSection()
         self.model = load_model(self.plugins, self.pipeline, self.duplex_config)
@@ -51,7 +51,7 @@ class DuplexOmniEngine(OmniEngineBase):
             except DuplexError as exc:
                 raise ConfigError([f"duplex.vad: {exc.message}"]) from None
 
-    def _create_orchestrator(self, **kwargs: Any) -> OrchestratorBase:
+    def create_orchestrator(self, **kwargs: Any) -> OrchestratorBase:
         return DuplexOrchestrator(
             section=self.duplex_config,
             model=self.model,
