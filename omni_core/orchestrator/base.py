@@ -1,7 +1,7 @@
 """``OrchestratorBase``: the orchestrator loop, built from parts with one job each.
 
 Runs on the orchestrator thread. Every change to request state happens here, on one event loop.
-The parts (:doc:`architecture.md <../docs/architecture>` draws them):
+The parts (docs/architecture.md, "The orchestrator's parts", draws them):
 
 * ``graph`` — :class:`StageGraph`: stage order, edges, the stages a request needs;
 * ``table`` — :class:`RequestTable`: requests and runs by id;
