@@ -81,20 +81,12 @@ def register(app: typer.Typer, state: CliState) -> None:
                 "every stage); the pipeline must produce audio.",
             ),
         ] = None,
-        negative_prompt: Annotated[
-            str | None,
+        extra_fields: Annotated[
+            list[str] | None,
             typer.Option(
-                "--negative-prompt",
-                help="Guidance's negative prompt (params.extra['cfg']: needs omni-cfg); "
-                "the pipeline must produce images.",
-            ),
-        ] = None,
-        guidance: Annotated[
-            float | None,
-            typer.Option(
-                min=0,
-                help=f"Guidance scale (params.extra['cfg']; {DEFAULT_GUIDANCE:g} when only "
-                "--negative-prompt is given).",
+                "--extra",
+                help="KEY=VALUE in every stage's params.extra (repeat; a dotted KEY nests, "
+                "VALUE is JSON or else a string), e.g. a plugin's request options.",
             ),
         ] = None,
         steps: Annotated[
@@ -128,7 +120,8 @@ def register(app: typer.Typer, state: CliState) -> None:
             if runtime is not None:
                 config = with_runtime(config, runtime, state.host)
             check_voice(voice, config)
-            extra = image_extra(config, negative_prompt, guidance, steps, size)
+            extra = image_extra(config, steps, size)
+            merge_extra(extra, extra_fields or [])
             if voice is not None:
                 extra["voice"] = voice
             # a missing extra is named before any stage starts
@@ -213,32 +206,16 @@ def media_parts(audio: Path | None, image: Path | None, raw: bool) -> list[tuple
     return parts
 
 
-DEFAULT_GUIDANCE = 4.0  # Qwen-Image's true_cfg_scale
-
-
-def image_extra(
-    config: Any,
-    negative_prompt: str | None,
-    guidance: float | None,
-    steps: int | None,
-    size: str | None,
-) -> dict[str, Any]:
-    """The image flags as request-level ``extra``: ``cfg`` (omni-cfg's per-request override),
-    ``diffusers`` (steps, height, width) and ``diffusion`` (steps). They need a pipeline with a
-    final image output; a bad ``--size`` names the flag."""
-    given = {"--negative-prompt": negative_prompt, "--guidance": guidance, "--steps": steps}
-    given["--size"] = size
-    flags = [flag for flag, value in given.items() if value is not None]
+def image_extra(config: Any, steps: int | None, size: str | None) -> dict[str, Any]:
+    """``--steps`` / ``--size`` as request-level ``extra`` of the image stages: ``diffusers``
+    (steps, height, width: omni-qwen-image's kind) and ``diffusion`` (steps). They need a
+    pipeline with a final image output; a bad ``--size`` names the flag."""
+    flags = [flag for flag, value in (("--steps", steps), ("--size", size)) if value is not None]
     if not flags:
         return {}
     if not any(s.final_output and s.final_output_type == "image" for s in config.stages):
         raise RequestError(f"{flags[0]}: pipeline '{config.name}' produces no image")
     extra: dict[str, Any] = {}
-    if negative_prompt is not None or guidance is not None:
-        cfg: dict[str, Any] = {"guidance_scale": DEFAULT_GUIDANCE if guidance is None else guidance}
-        if negative_prompt is not None:
-            cfg["negative_prompt"] = negative_prompt
-        extra["cfg"] = cfg
     diffusers: dict[str, Any] = {}
     if steps is not None:
         diffusers["steps"] = steps
@@ -251,6 +228,29 @@ def image_extra(
     if diffusers:
         extra["diffusers"] = diffusers
     return extra
+
+
+def merge_extra(extra: dict[str, Any], fields: list[str]) -> None:
+    """``--extra KEY=VALUE`` fields into ``extra`` (a dotted KEY nests; VALUE is JSON, else the
+    string); a malformed one names the flag."""
+    import json
+
+    for field in fields:
+        key, sep, text = field.partition("=")
+        path = key.split(".")
+        if not sep or not all(path):
+            raise RequestError(f"--extra {field}: expected KEY=VALUE (KEY may be dotted: a.b)")
+        try:
+            value = json.loads(text)
+        except ValueError:
+            value = text
+        target = extra
+        for name in path[:-1]:
+            node = target.setdefault(name, {})
+            if not isinstance(node, dict):
+                raise RequestError(f"--extra {field}: '{name}' is already set to a value")
+            target = node
+        target[path[-1]] = value
 
 
 def check_voice(voice: str | None, config: Any) -> None:

@@ -273,7 +273,7 @@ def create_app(
         check_model(body.model or model_id)
         if "image" not in offered:
             raise ApiError(400, f"model '{model_id}' does not generate images", param="model")
-        params = stage_params(body.overrides(), body.extra())
+        params = stage_params(body.overrides(), body.stage_extra())
         rendered = RenderedPrompt(body.prompt, body.prompt, None)
         outputs = await Run(request, engine, admission, rendered, params, ["image"]).collect()
         images = [o.payload for o in outputs if isinstance(o.payload, Image) and o.finish_reason]

@@ -222,9 +222,8 @@ class ImageRequest(_Body):
     size: str | None = None
     response_format: Literal["b64_json"] = "b64_json"
     seed: int | None = None
-    negative_prompt: str | None = None
-    guidance_scale: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     num_inference_steps: int | None = Field(default=None, ge=1)
+    extra: dict[str, Any] | None = None  # request-level params.extra (a plugin's options)
 
     def overrides(self) -> dict[str, Any]:
         out: dict[str, Any] = {"n": self.n} if self.n != 1 else {}
@@ -232,10 +231,11 @@ class ImageRequest(_Body):
             out["seed"] = self.seed
         return out
 
-    def extra(self) -> dict[str, Any]:
-        """Request-level ``extra`` of the image stages: ``diffusers`` (width, height, steps,
-        seed), ``diffusion`` (steps) and guidance as omni-cfg's override (``cfg``)."""
-        out: dict[str, Any] = {}
+    def stage_extra(self) -> dict[str, Any]:
+        """Request-level ``extra`` of every stage: the body's ``extra``, with ``size``,
+        ``num_inference_steps`` and ``seed`` for the image stages (``diffusers``: width, height,
+        steps, seed; ``diffusion``: steps)."""
+        out: dict[str, Any] = dict(self.extra or {})
         image: dict[str, Any] = {}
         if self.size is not None:
             width, _, height = self.size.lower().partition("x")
@@ -244,18 +244,20 @@ class ImageRequest(_Body):
             image.update(width=int(width), height=int(height))
         if self.num_inference_steps is not None:
             image["steps"] = self.num_inference_steps
-            out["diffusion"] = {"steps": self.num_inference_steps}
+            out["diffusion"] = {**_mapping(out.get("diffusion")), "steps": image["steps"]}
         if self.seed is not None:
             image["seed"] = self.seed
         if image:
-            out["diffusers"] = image
-        if self.negative_prompt is not None or self.guidance_scale is not None:
-            scale = 4.0 if self.guidance_scale is None else self.guidance_scale
-            cfg: dict[str, Any] = {"guidance_scale": scale}
-            if self.negative_prompt is not None:
-                cfg["negative_prompt"] = self.negative_prompt
-            out["cfg"] = cfg
+            out["diffusers"] = {**_mapping(out.get("diffusers")), **image}
         return out
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ApiError(400, f"extra: {value!r} is not an object", param="extra")
+    return value
 
 
 Body = TypeVar("Body", bound=BaseModel)

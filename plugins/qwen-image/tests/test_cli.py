@@ -1,5 +1,6 @@
-"""``omni run qwen-image`` as a user runs it (a subprocess): a PNG, guidance that changes it, and
-bad input as exit 2 naming the flag or field (a size the VAE refuses: test_qwen_image_pipeline)."""
+"""``omni run qwen-image`` and ``omni qwen-image generate`` as a user runs them (a subprocess): a
+PNG, guidance that changes it, bad input as exit 2 naming the flag or field (a size the VAE
+refuses: test_qwen_image_pipeline)."""
 
 from __future__ import annotations
 
@@ -32,11 +33,16 @@ def png_pixels(path: Path) -> np.ndarray:
 
 @pytest.mark.timeout(600)
 def test_run_writes_the_png_and_the_negative_prompt_changes_it(qi_cache, tiny_qi, tmp_path):
-    base = ("run", "qwen-image", "--prompt", "a red square", "--seed", "3", "--size", "32x32")
-    plain = omni(*base, "-o", str(tmp_path / "plain"), cache=qi_cache)
+    plain = omni(
+        *("run", "qwen-image", "--prompt", "a red square", "--seed", "3", "--size", "32x32"),
+        *("-o", str(tmp_path / "plain")),
+        cache=qi_cache,
+    )
     assert plain.returncode == 0, plain.stderr[-2000:]
     guided = omni(
-        *base, "--negative-prompt", "blurry", "-o", str(tmp_path / "guided"), cache=qi_cache
+        *("qwen-image", "generate", "--prompt", "a red square", "--seed", "3"),
+        *("--size", "32x32", "--negative-prompt", "blurry", "-o", str(tmp_path / "guided")),
+        cache=qi_cache,
     )
     assert guided.returncode == 0, guided.stderr[-2000:]
     (a,) = (tmp_path / "plain").glob("*.png")
@@ -51,17 +57,20 @@ def test_run_writes_the_png_and_the_negative_prompt_changes_it(qi_cache, tiny_qi
 def test_bad_image_flags_exit_2_naming_them(qi_cache, tmp_path):
     out = omni("run", "qwen-image", "--size", "big", "-o", str(tmp_path), cache=qi_cache)
     assert out.returncode == 2 and "--size big" in out.stderr
-    out = omni("run", "tiny-omni", "--negative-prompt", "x", "-o", str(tmp_path), cache=qi_cache)
-    assert out.returncode == 2 and "--negative-prompt" in out.stderr
-    assert "produces no image" in out.stderr
+    out = omni("run", "tiny-omni", "--steps", "3", "-o", str(tmp_path), cache=qi_cache)
+    assert out.returncode == 2 and "--steps" in out.stderr and "produces no image" in out.stderr
+    out = omni("run", "qwen-image", "--extra", "=1", "-o", str(tmp_path), cache=qi_cache)
+    assert out.returncode == 2 and "--extra =1" in out.stderr
+    out = omni("qwen-image", "generate", "--prompt", "x", "--guidance", "-1", cache=qi_cache)
+    assert out.returncode == 2 and "--guidance" in out.stderr
 
 
 @pytest.mark.timeout(600)
-def test_guidance_without_omni_cfg_and_a_size_the_vae_refuses_exit_2(qi_cache, tiny_qi, tmp_path):
-    base = ("run", "qwen-image", "--prompt", "a red square", "-o", str(tmp_path))
+def test_guidance_without_omni_cfg_exits_2_naming_the_field(qi_cache, tiny_qi, tmp_path):
     out = omni(
-        *base, "--negative-prompt", "blurry", cache=qi_cache, env={"OMNI_DISABLE_PLUGINS": "cfg"}
+        *("qwen-image", "generate", "--prompt", "a red square", "-o", str(tmp_path)),
+        *("--negative-prompt", "blurry"),
+        cache=qi_cache,
+        env={"OMNI_DISABLE_PLUGINS": "cfg"},
     )
     assert out.returncode == 2 and "extra['cfg']" in out.stderr and "omni-cfg" in out.stderr
-    out = omni(*base, "--size", "40x40", cache=qi_cache)
-    assert out.returncode == 2 and "extra['diffusers'].height" in out.stderr

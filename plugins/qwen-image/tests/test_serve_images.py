@@ -1,6 +1,6 @@
 """``omni serve``'s ``/v1/images/generations`` on the ``qwen-image`` pipeline: the PNG equals
-QwenImagePipeline's image for the seed; size, steps, negative prompt and guidance scale reach
-the stages; a size the VAE refuses is a 400 naming the field."""
+QwenImagePipeline's image for the seed; size, steps, seed and guidance (omni-cfg's override in
+the body's ``extra``) reach the stages; a size the VAE refuses is a 400 naming the field."""
 
 from __future__ import annotations
 
@@ -52,7 +52,8 @@ def reference(pipe, size: int, steps: int, **kwargs) -> np.ndarray:
 
 def test_images_route_equals_the_pipeline_guided_at_the_requested_size(server, pipe):
     body = {"seed": 9, "size": "48x48", "num_inference_steps": 2}
-    got = pixels(post(server, **body, negative_prompt="blurry", guidance_scale=3.0))
+    guidance = {"cfg": {"negative_prompt": "blurry", "guidance_scale": 3.0}}  # omni-cfg's
+    got = pixels(post(server, **body, extra=guidance))
     ref = reference(pipe, 48, 2, negative_prompt="blurry", true_cfg_scale=3.0)
     assert got.shape == (48, 48, 3) and np.abs(got.astype(int) - ref.astype(int)).max() <= 1
 
