@@ -42,7 +42,7 @@ def qwen_image_pipeline(
     model: str = "tiny-qwen-image", steps: int = 4, size: int = 32
 ) -> PipelineConfig:
     """Tiny defaults (the tiny model: 32x32, 4 steps). Unguided unless a request asks for
-    guidance (``extra["cfg"]``: ``omni run qwen-image --negative-prompt ... --guidance 4``);
+    guidance (``extra["cfg"]``: ``omni qwen-image generate --negative-prompt ...``);
     with omni-cfg missing or disabled such a request is refused (400)."""
     config: dict[str, Any] = {
         "name": PIPELINE,
