@@ -110,3 +110,17 @@ async def test_a_size_the_vae_does_not_allow_or_zero_steps_is_a_400_naming_the_f
         error = outputs[-1].error
         assert outputs[-1].finish_reason == "error" and error.status_code == 400
         assert f"extra['diffusers'].{field}" in error.message
+
+
+async def test_an_abort_between_steps_is_a_whole_sample_retry_and_the_stage_serves_on(engine):
+    params = {"dit": {"seed": 5, "extra": {"diffusers": {"steps": 400, "preview_every": 1}}}}
+    stream = engine.generate("a red square", sampling_params=params, modalities=["image"])
+    first = await stream.__anext__()  # a preview: the sample is between steps
+    assert first.stage_name == "dit" and not first.finished and isinstance(first.payload, Image)
+    result = await engine.abort_async(first.request_id, timeout=60)
+    assert result.success
+    rest = [o async for o in stream]
+    final = [o for o in [first, *rest, *result.outputs] if o.finished]
+    assert final and final[-1].finish_reason == "abort" and final[-1].whole_sample_retry
+    image = image_of(await run(engine, "a red square", "image"))  # the replica serves on
+    assert image.shape == (SIZE, SIZE, 3)
