@@ -59,6 +59,7 @@ PUBLIC_MODULES: frozenset[str] = frozenset(
         "omni_core.orchestrator.base",  # OrchestratorBase: an engine kind's orchestrator
         "omni_core.messages",  # EngineMessage: an engine kind's own messages
         "omni_core.testing",  # the testing kit
+        "omni_core.cli",  # main(argv) -> int: run an omni command from a script or a test
         "omni_core.cli.app",  # report_error: a CLI group's error output
         "omni_core.bench.orchestration",  # Row, CheckFailed: a benchmark's results
     }
