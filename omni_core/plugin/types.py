@@ -200,12 +200,13 @@ class ForwardGate:
     """What ``omni_forward_gate`` says about forwarding a request to a stage.
 
     ``defer=True`` holds the forward until the plugin calls
-    ``orchestrator.release_forward(request_id, stage_id)``. ``extra_sources`` are appended to the
-    bridge's sources when the forward happens. ``transform(prompt)`` rewrites the bridge's result
-    (the next stage's prompt) before it is submitted; an exception in it fails the request like a
-    failing bridge. Several plugins' transforms compose in ascending ``order``, ties by plugin
-    name, never by registration order. On a ``stream`` edge the gate is asked when the target
-    stage's request is about to open; its transform then rewrites every chunk fed to it.
+    ``port.release_forward(request_id, stage_id)`` (the hook's ``OrchestratorPort``).
+    ``extra_sources`` are appended to the bridge's sources when the forward happens.
+    ``transform(prompt)`` rewrites the bridge's result (the next stage's prompt) before it is
+    submitted; an exception in it fails the request like a failing bridge. Several plugins'
+    transforms compose in ascending ``order``, ties by plugin name, never by registration order.
+    On a ``stream`` edge the gate is asked when the target stage's request is about to open; its
+    transform then rewrites every chunk fed to it.
     """
 
     defer: bool = False
