@@ -181,9 +181,13 @@ class DiffusersEngine(TorchStageEngine):
     def step(self) -> list[StageOutput]:
         outputs = []
         with self.torch.no_grad():
+            predictions = self.predictions()
             for rid, sample in list(self.samples.items()):
                 try:
-                    out = self._step_one(rid, sample)
+                    preds = predictions[rid]
+                    if isinstance(preds, BaseException):
+                        raise preds
+                    out = self._step_one(rid, sample, self.guided(preds, sample))
                 except Exception as exc:  # this request's own failure: it ends, the others go on
                     del self.samples[rid]
                     outputs.append(error_output(rid, exc))
@@ -194,41 +198,89 @@ class DiffusersEngine(TorchStageEngine):
                         del self.samples[rid]
         return outputs
 
-    def predict(self, sample: Sample, embeds: Any, t: Any) -> Any:
+    def predictions(self) -> dict[str, Any]:
+        """Every running sample's predictions for its current step, one per conditioning (or
+        the exception that stopped them). Conditionings of samples of the same size run through
+        the transformer together, ``max_batch`` rows per forward; a failed batch is redone row
+        by row, so a failure is pinned to its request."""
+        groups: dict[tuple[int, int], list[tuple[str, Sample]]] = {}
+        for rid, sample in self.samples.items():
+            groups.setdefault((sample.height, sample.width), []).append((rid, sample))
+        result: dict[str, Any] = {rid: [] for rid in self.samples}
+        size = self.args.max_batch
+        for members in groups.values():
+            rows = [(rid, sample, embeds) for rid, sample in members for embeds, _ in sample.conds]
+            for i in range(0, len(rows), size):
+                chunk = rows[i : i + size]
+                try:
+                    preds = self.forward(chunk)
+                except Exception:
+                    if len(chunk) == 1:
+                        raise
+                    preds = []
+                    for row in chunk:
+                        try:
+                            preds.extend(self.forward([row]))
+                        except Exception as exc:
+                            preds.append(exc)
+                for (rid, _, _), pred in zip(chunk, preds, strict=True):
+                    if isinstance(pred, BaseException):
+                        result[rid] = pred
+                    elif isinstance(result[rid], list):
+                        result[rid].append(pred)
+        return result
+
+    def forward(self, rows: list[tuple[str, Sample, Any]]) -> list[Any]:
+        """One transformer call for ``rows`` (samples of one size, each at its own timestep):
+        texts of different lengths are padded and masked."""
+        torch = self.torch
+        first = rows[0][1]
         vae_scale = self.pipe.vae_scale_factor
-        shape = (1, sample.height // vae_scale // 2, sample.width // vae_scale // 2)
-        timestep = t.expand(sample.latents.shape[0]).to(sample.latents.dtype)
-        return self.pipe.transformer(
-            hidden_states=sample.latents,
+        shape = (1, first.height // vae_scale // 2, first.width // vae_scale // 2)
+        lengths = [embeds.shape[1] for _, _, embeds in rows]
+        longest = max(lengths)
+        embeds = torch.cat(
+            [torch.nn.functional.pad(e, (0, 0, 0, longest - e.shape[1])) for _, _, e in rows]
+        )
+        mask = None
+        if min(lengths) != longest:
+            mask = (
+                torch.arange(longest, device=self.device)[None]
+                < torch.tensor(lengths, device=self.device)[:, None]
+            )
+        latents = torch.cat([sample.latents for _, sample, _ in rows])
+        timestep = torch.cat([s.timesteps[s.k].expand(1) for _, s, _ in rows]).to(latents.dtype)
+        out = self.pipe.transformer(
+            hidden_states=latents,
             timestep=timestep / 1000,
             guidance=None,
-            encoder_hidden_states_mask=None,
+            encoder_hidden_states_mask=mask,
             encoder_hidden_states=embeds,
-            img_shapes=[[shape]],
+            img_shapes=[[shape]] * len(rows),
             attention_kwargs={},
             return_dict=False,
         )[0]
+        return list(out.split(1))
 
-    def guided(self, sample: Sample, t: Any) -> Any:
+    def guided(self, preds: list[Any], sample: Sample) -> Any:
         """The conditionings' predictions combined, rescaled to the request's own norm."""
         torch = self.torch
-        preds = [(self.predict(sample, embeds, t), w) for embeds, w in sample.conds]
-        if len(preds) == 1 and preds[0][1] == 1.0:
-            return preds[0][0]
-        own = preds[0][0]
-        if len(preds) == 2 and preds[0][1] + preds[1][1] == 1.0:
-            neg, scale = preds[1][0], preds[0][1]
+        weights = [w for _, w in sample.conds]
+        if len(preds) == 1 and weights[0] == 1.0:
+            return preds[0]
+        own = preds[0]
+        if len(preds) == 2 and weights[0] + weights[1] == 1.0:
+            neg, scale = preds[1], weights[0]
             comb = neg + scale * (own - neg)
         else:
-            comb = sum(w * p for p, w in preds)
+            comb = sum(w * p for p, w in zip(preds, weights, strict=True))
         own_norm = torch.norm(own, dim=-1, keepdim=True)
         return comb * (own_norm / torch.norm(comb, dim=-1, keepdim=True))
 
-    def _step_one(self, rid: str, sample: Sample) -> StageOutput | None:
+    def _step_one(self, rid: str, sample: Sample, noise: Any) -> StageOutput | None:
         from omni_core.media import Image
 
         t = sample.timesteps[sample.k]
-        noise = self.guided(sample, t)
         sigma = sample.scheduler.sigmas[sample.scheduler.step_index or 0]
         before = sample.latents
         sample.latents = sample.scheduler.step(noise, t, before, return_dict=False)[0]
@@ -255,8 +307,10 @@ class DiffusersEngine(TorchStageEngine):
         z = vae.config.z_dim
         mean = torch.tensor(vae.config.latents_mean).view(1, z, 1, 1, 1).to(x.device, x.dtype)
         std = 1.0 / torch.tensor(vae.config.latents_std).view(1, z, 1, 1, 1).to(x.device, x.dtype)
-        image = vae.decode(x / std + mean, return_dict=False)[0][:, :, 0]
-        return pipe.image_processor.postprocess(image, output_type="np")[0].astype("float32")
+        with torch.no_grad():
+            image = vae.decode(x / std + mean, return_dict=False)[0][:, :, 0]
+            pixels = pipe.image_processor.postprocess(image, output_type="np")[0]
+        return pixels.astype("float32")
 
 
 def request_options(extra: dict[str, Any]) -> DiffusersOptions:

@@ -47,6 +47,13 @@ class DiffusersArgs(BaseModel):
     )
     threads: int = Field(default=1, ge=1, description="torch threads of this replica")
     seed: int = Field(default=0, description="noise seed when a request gives none")
+    max_batch: int = Field(
+        default=8,
+        ge=1,
+        description="transformer rows per forward: the conditionings of running samples of one "
+        "size go together (texts padded and masked); 1: one call per conditioning, exactly "
+        "the pipeline's calls",
+    )
     env: dict[str, str] = Field(
         default_factory=dict, description="environment variables of the replica's process"
     )
