@@ -1,6 +1,7 @@
-"""The serving tier on Ray Serve: one :class:`AsyncOmniEngine` per deployment replica, behind the
-same FastAPI app as ``omni serve`` (:func:`omni_core.serve.app.create_app`) through Serve's ASGI
-ingress; Serve's proxy spreads requests over the replicas.
+"""The serving tier on Ray Serve: one engine (the pipeline's engine kind: an
+:class:`AsyncOmniEngine` for ``turn``) per deployment replica, behind the same FastAPI app as
+``omni serve`` (:func:`omni_core.serve.app.create_app`) through Serve's ASGI ingress; Serve's
+proxy spreads requests over the replicas.
 
 From Python::
 
@@ -39,20 +40,29 @@ DEPLOYMENT = "OmniServe"
 
 
 class OmniServeReplica:
-    """One Serve replica: an engine and the ``omni serve`` app around it."""
+    """One Serve replica: an engine and the ``omni serve`` app around it, built when Serve asks
+    for the app (``__serve_build_asgi_app__``, awaited at replica start-up)."""
 
     def __init__(self, spec: dict[str, Any]) -> None:
+        self._omni_spec = spec
+        self._omni_engine: Any = None
+        self._omni_replica = _replica_id()
+
+    async def __serve_build_asgi_app__(self) -> Any:
         from omni_core.plugin.hooks import PluginHost
         from omni_core.serve.app import create_app
         from omni_core.serve.server import build
 
+        spec = self._omni_spec
         settings = OmniSettings(**spec["settings"])
         host = PluginHost.create(settings, load_entry_points=spec["load_plugins"])
-        self._omni_engine, self._omni_metrics = build(spec["pipeline"], settings, host)
-        self._omni_replica = _replica_id()
+        # a thread: the replica's event loop stays responsive while the stages load
+        self._omni_engine, metrics = await asyncio.to_thread(
+            build, spec["pipeline"], settings, host
+        )
         app = create_app(
             self._omni_engine,
-            self._omni_metrics,
+            metrics,
             api_key=spec["api_key"],
             max_inflight=spec["max_inflight"],
             public_metrics=spec["public_metrics"],
@@ -65,21 +75,19 @@ class OmniServeReplica:
             response.headers[REPLICA_HEADER] = replica
             return response
 
-        self._omni_app = app
         logger.info(
             "ray serve: replica %s serves %s", replica, self._omni_engine.pipeline.config.name
         )
-
-    def __serve_build_asgi_app__(self) -> Any:
-        return self._omni_app
+        return app
 
     def check_health(self) -> None:
         """Serve's health probe: a dead engine makes Serve replace this replica."""
-        if not self._omni_engine.is_alive():
+        if self._omni_engine is not None and not self._omni_engine.is_alive():
             raise EngineDeadError(f"replica {self._omni_replica}: the engine is dead")
 
     async def __del__(self) -> None:
-        await asyncio.to_thread(self._omni_engine.shutdown)
+        if self._omni_engine is not None:
+            await asyncio.to_thread(self._omni_engine.shutdown)
 
 
 def _replica_id() -> str:
