@@ -201,3 +201,35 @@ def test_one_row_per_forward_is_exactly_the_pipeline(tiny_qi, pipe):
     for rid, ref in (("a", reference(pipe, 2, pos, neg)), ("b", reference(pipe, 4, neg))):
         pixels = engine.decode(samples[rid].latents, SIZE, SIZE)
         assert np.array_equal(pixels, ref), rid
+
+
+def test_bfloat16_equals_the_pipeline_in_bfloat16(tiny_qi, pipe):
+    """The stage casts the float32 embeddings; the pipeline is handed bfloat16 ones (it casts
+    nothing). This random tiny model is far from its float32 image in bfloat16 (~0.3), so the
+    reference is diffusers' own bfloat16 run (measured: identical)."""
+    from diffusers import QwenImagePipeline
+
+    args = {"steps": STEPS, "height": SIZE, "width": SIZE, "dtype": "bfloat16"}
+    engine = DiffusersEngine({"model": str(tiny_qi), "args": args})
+    assert engine.pipe.transformer.dtype == torch.bfloat16
+    pos, neg = embeds(pipe, "a red square"), embeds(pipe, "blurry")
+    engine.add(request("a", {"prompt_embeds": pos, "negative_prompt_embeds": neg}, seed=2))
+    sample = engine.samples["a"]
+    while engine.has_work():
+        for out in engine.step():
+            engine.plane.take(out.payload.pixels)
+    pixels = engine.decode(sample.latents, SIZE, SIZE)
+    bf16 = QwenImagePipeline.from_pretrained(str(tiny_qi), dtype=torch.bfloat16)
+    bf16.set_progress_bar_config(disable=True)
+    with torch.no_grad():
+        ref = bf16(
+            prompt_embeds=torch.from_numpy(pos)[None].bfloat16(),
+            negative_prompt_embeds=torch.from_numpy(neg)[None].bfloat16(),
+            true_cfg_scale=4.0,
+            num_inference_steps=STEPS,
+            height=SIZE,
+            width=SIZE,
+            generator=torch.Generator().manual_seed(2),
+            output_type="np",
+        ).images[0]
+    assert pixels.dtype == np.float32 and np.abs(pixels - ref).max() <= TOLERANCE
