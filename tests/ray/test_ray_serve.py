@@ -1,7 +1,9 @@
 """The serving tier on Ray Serve (omni_core.serve.ray_serve): two deployment replicas, each with
-its own engine behind the ``omni serve`` app, on the session's local Ray. Requests land on both,
-streams work, /metrics is per replica; a killed replica fails only its in-flight requests, new
-requests go to the survivor, and Serve replaces it."""
+its own engine behind the ``omni serve`` app, on the session's local Ray (the engines' stages
+are Ray actors too: ``runtime: ray``). Requests land on both, streams work, /metrics is per
+replica; a killed replica fails only its in-flight requests, its stage actor goes with it, new
+requests go to the survivor, and Serve replaces it. ``omni serve --ray-serve`` (stages local to
+each replica) starts and stops its own Ray."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from omni_core import OmniSettings
 from omni_core.config.pipeline import PipelineConfig
 from omni_core.serve.ray_serve import REPLICA_HEADER
 from omni_core.stage.ray_placement import state_address
-from tests.ray.cluster import free_port
+from tests.ray.cluster import free_port, stage_actors_alive
 
 httpx = pytest.importorskip("httpx")
 pytestmark = pytest.mark.timeout(180)
@@ -29,6 +31,9 @@ stages:
   - {{id: 0, name: thinker, kind: scripted, engine_args: {{num_tokens: 60, delay_s: 0.03}},
      final_output: true}}
 """
+ON_ACTORS = PIPELINE.replace("stages:", "runtime: ray\nstages:").replace(
+    "final_output: true}", "final_output: true, resources: {num_cpus: 0.1}}"
+)
 answered: Counter[str] = Counter()  # finished chat requests per replica, from the headers
 
 
@@ -63,7 +68,8 @@ def served(local_ray):
     from omni_core.serve.ray_serve import omni_app
 
     port = free_port()
-    config = PipelineConfig.from_yaml_text(PIPELINE, source="<serve test>")
+    config = PipelineConfig.from_yaml_text(ON_ACTORS, source="<serve test>")
+    assert config.runtime == "ray" and config.stages[0].resources.num_cpus == 0.1
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     try:
         app = omni_app(config, replicas=2, settings=OmniSettings(), load_plugins=False)
@@ -72,8 +78,8 @@ def served(local_ray):
     finally:
         serve.shutdown()
     deadline = time.monotonic() + 30
-    while serve_actors():  # controller, proxy and replicas gone
-        assert time.monotonic() < deadline, serve_actors()
+    while serve_actors() or stage_actors_alive():  # controller, proxy, replicas, stages: gone
+        assert time.monotonic() < deadline, (serve_actors(), stage_actors_alive())
         time.sleep(0.2)
 
 
@@ -166,6 +172,8 @@ def test_killed_replica_fails_its_inflight_requests_and_serve_replaces_it(served
         except httpx.HTTPError as exc:
             results[i] = ("cut", type(exc).__name__)
 
+    stage_actors = set(stage_actors_alive())
+    assert len(stage_actors) == 2  # one stage actor per replica's engine
     threads = [threading.Thread(target=stream, args=(i,)) for i in range(4)]
     [t.start() for t in threads]
     assert started.wait(60), headers
@@ -217,6 +225,9 @@ def test_killed_replica_fails_its_inflight_requests_and_serve_replaces_it(served
         if new in seen:
             break
     assert new in seen, seen
+    # the dead replica's stage actor died with it (Ray's owner fate-sharing); nothing leaked
+    now_stage = set(stage_actors_alive())
+    assert len(now_stage) == 2 and len(now_stage & stage_actors) == 1
 
 
 def test_omni_serve_ray_serve_cli(tmp_path):
