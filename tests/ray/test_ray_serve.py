@@ -13,6 +13,7 @@ import threading
 import time
 from collections import Counter
 
+import httpx  # the dev extra (setup.sh): a missing httpx fails, never skips
 import pytest
 
 from omni_core import OmniSettings
@@ -21,7 +22,6 @@ from omni_core.serve.ray_serve import REPLICA_HEADER
 from omni_core.stage.ray_placement import state_address
 from tests.ray.cluster import free_port, stage_actors_alive
 
-httpx = pytest.importorskip("httpx")
 pytestmark = pytest.mark.timeout(180)
 
 MODEL = "serve-scripted"
