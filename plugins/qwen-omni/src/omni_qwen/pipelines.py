@@ -1,5 +1,12 @@
 """omni-qwen's pipelines, built in Python: the vLLM stage's ``env`` carries the shim's directory,
-whose path depends on where this package is installed."""
+whose path depends on where this package is installed.
+
+* ``qwen2.5-omni-thinker``: the thinker on vLLM (text, audio, image in; text out).
+* ``qwen2.5-omni``: thinker (vLLM, per-token hidden states, final text) → talker (``torch`` kind,
+  :mod:`omni_qwen.talker`, fed token by token through a ``stream`` edge and the
+  ``qwen2.5-omni-talker`` bridge) → token2wav (``torch`` kind, :mod:`omni_qwen.token2wav`, the
+  talker's codes whole through an ``on_finish`` edge, final audio: 24 kHz float32).
+"""
 
 from __future__ import annotations
 
@@ -9,26 +16,44 @@ from omni_core.config.pipeline import PipelineConfig
 from omni_qwen import compat
 
 THINKER_PIPELINE = "qwen2.5-omni-thinker"
+PIPELINE = "qwen2.5-omni"
+TINY_MODEL = "tiny-qwen2.5-omni"
+TALKER_BRIDGE = "qwen2.5-omni-talker"
+
+# The talker's sampling defaults: transformers' generate() (talker_* arguments), with a cap on
+# the codes (about 50 per second of speech) that keeps the tiny model's never-ending random talk
+# short; a request's own talker params override them.
+TALKER_SAMPLING = {
+    "temperature": 0.9,
+    "top_k": 40,
+    "top_p": 0.8,
+    "repetition_penalty": 1.05,
+    "max_tokens": 256,
+}
 
 
-def thinker_engine_args(model: str = "tiny-qwen2.5-omni") -> dict[str, Any]:
+def thinker_engine_args(model: str = TINY_MODEL, hidden_states: bool = False) -> dict[str, Any]:
     """``engine_args`` of a Qwen2.5-Omni thinker on the ``vllm`` kind.
 
     vLLM maps ``Qwen2_5OmniForConditionalGeneration`` to its thinker-only model (the talker's and
     token2wav's weights are skipped). Audio and one image per prompt; video needs torchvision.
-    Prefix caching stays on (vLLM's default): nothing here reads per-position states yet.
+    Without ``hidden_states`` prefix caching stays on (vLLM's default); with it, the stage emits
+    the embeddings and final hidden state of every position (what a talker reads), which needs
+    every prompt position computed: prefix caching off.
     """
     env = {"PYTHONPATH": compat.pythonpath_entry()} if compat.needed() else {}
-    return {
+    args: dict[str, Any] = {
         "model": model,
         "max_model_len": 512,
         "dtype": "float32",
         "env": env,
-        "engine": {
-            "limit_mm_per_prompt": {"audio": 1, "image": 1, "video": 0},
-            "enable_prefix_caching": True,
-        },
+        "engine": {"limit_mm_per_prompt": {"audio": 1, "image": 1, "video": 0}},
     }
+    if hidden_states:
+        args["hidden_states"] = {"layers": ["embeddings", "final"]}
+    else:
+        args["engine"]["enable_prefix_caching"] = True
+    return args
 
 
 def thinker_pipeline() -> PipelineConfig:
@@ -50,4 +75,52 @@ def thinker_pipeline() -> PipelineConfig:
             ],
         },
         source=f"<pipeline {THINKER_PIPELINE} (omni-qwen)>",
+    )
+
+
+def omni_pipeline(model: str = TINY_MODEL, edge: str = "stream") -> PipelineConfig:
+    """Thinker → talker → token2wav on one Qwen2.5-Omni checkpoint (``model``: a registered
+    name, a local directory or a hub id). ``edge``: how the talker follows the thinker,
+    ``stream`` (token by token, one token behind) or ``on_finish`` (once the reply is whole)."""
+    if edge not in ("stream", "on_finish"):
+        raise ValueError(f"edge must be 'stream' or 'on_finish', not {edge!r}")
+    return PipelineConfig.from_dict(
+        {
+            "name": PIPELINE,
+            "requires_plugins": ["qwen"],
+            "stages": [
+                {
+                    "id": 0,
+                    "name": "thinker",
+                    "kind": "vllm",
+                    "engine_args": thinker_engine_args(model, hidden_states=True),
+                    "sampling_params": {"max_tokens": 64, "temperature": 0.0},
+                    "final_output": True,
+                    "final_output_type": "text",
+                },
+                {
+                    "id": 1,
+                    "name": "talker",
+                    "kind": "torch",
+                    "engine_args": {"engine": "omni_qwen.talker:build", "model": model},
+                    "inputs": [{"stage": 0, "mode": edge}],
+                    "bridge": TALKER_BRIDGE,
+                    "sampling_params": dict(TALKER_SAMPLING),
+                },
+                {
+                    "id": 2,
+                    "name": "token2wav",
+                    "kind": "torch",
+                    "engine_args": {
+                        "engine": "omni_qwen.token2wav:build",
+                        "model": model,
+                        "output": "whole",
+                    },
+                    "inputs": [1],
+                    "final_output": True,
+                    "final_output_type": "audio",
+                },
+            ],
+        },
+        source=f"<pipeline {PIPELINE} (omni-qwen)>",
     )

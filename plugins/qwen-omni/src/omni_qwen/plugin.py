@@ -12,7 +12,7 @@ from importlib import resources
 from typing import TYPE_CHECKING
 
 from omni_core import hookimpl
-from omni_core.plugin.types import ModelSpec, PipelineSpec
+from omni_core.plugin.types import Bridge, ModelSpec, PipelineSpec
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -54,15 +54,39 @@ def omni_register_models() -> Iterable[ModelSpec]:
 
 @hookimpl
 def omni_register_pipelines() -> Iterable[PipelineSpec]:
-    def load() -> PipelineConfig:
+    def thinker() -> PipelineConfig:
         from omni_qwen.pipelines import thinker_pipeline
 
         return thinker_pipeline()
 
+    def omni() -> PipelineConfig:
+        from omni_qwen.pipelines import omni_pipeline
+
+        return omni_pipeline()
+
     return [
         PipelineSpec(
             "qwen2.5-omni-thinker",
-            load,
+            thinker,
             "Qwen2.5-Omni thinker on vLLM (tiny-qwen2.5-omni): text/audio/image in, text out",
+        ),
+        PipelineSpec(
+            "qwen2.5-omni",
+            omni,
+            "Qwen2.5-Omni (tiny-qwen2.5-omni): thinker on vLLM -> talker -> token2wav; "
+            "text/audio/image in, text and 24 kHz speech out",
+        ),
+    ]
+
+
+@hookimpl
+def omni_register_bridges() -> Iterable[Bridge]:
+    from omni_qwen.bridge import thinker_to_talker
+
+    return [
+        Bridge(
+            "qwen2.5-omni-talker",
+            thinker_to_talker,
+            "Qwen2.5-Omni thinker outputs (hidden states, prompt and reply ids) -> talker input",
         )
     ]

@@ -1,0 +1,99 @@
+"""The thinker → talker bridge (registered as ``qwen2.5-omni-talker``).
+
+The thinker is a ``vllm`` stage with ``engine_args.hidden_states: {layers: [embeddings, final]}``;
+the talker (:mod:`omni_qwen.talker`) reads, per position, the thinker's embedding-layer output and
+last hidden state, plus the prompt's token ids (to zero the multimodal positions' embeddings and
+compute its 3D rope positions) and the reply's.
+
+On an ``on_finish`` edge the bridge runs once, with everything. On a ``stream`` edge it runs for
+each buffered delta of the thinker's outputs: its first call opens the talker's request (the
+prompt's rows, ``gen[0]``, the prompt ids), each later call's dict goes to the talker through
+``add_input``. It keeps no state: each call gets only what arrived since the last one.
+
+The prompt's token ids come from the thinker's outputs' payload (vLLM's ``RequestOutput``
+carries ``prompt_token_ids``: the thinker must be a final-output stage, whose outputs carry it,
+with ``request_output_payload`` on, its default). Images' sizes come from the request's own
+prompt (``multi_modal_data["image"]``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from omni_core.outputs import StageResult
+
+
+def thinker_to_talker(
+    sources: list[StageResult], original_prompt: Any, params: Any
+) -> dict[str, Any] | None:
+    """The talker's input for what the thinker produced since the last call (None: nothing)."""
+    if len(sources) != 1:
+        raise ValueError(f"the talker takes one upstream stage (the thinker), got {len(sources)}")
+    (thinker,) = sources
+    chunk: dict[str, Any] = {"token_ids": list(thinker.token_ids)}
+    if thinker.hidden_states:
+        start, layers = _concat(thinker.hidden_states)
+        if "embeddings" not in layers or "final" not in layers:
+            raise ValueError(
+                "the talker needs the thinker's 'embeddings' and 'final' hidden states, got "
+                f"{sorted(layers)}: set the thinker's engine_args.hidden_states.layers"
+            )
+        chunk.update(start=start, embeddings=layers["embeddings"], final=layers["final"])
+        if start == 0:
+            chunk["prompt_ids"] = _prompt_ids(thinker)
+            chunk["image_sizes"] = image_sizes(original_prompt)
+    elif not chunk["token_ids"]:
+        return None
+    return chunk
+
+
+def _concat(chunks: Any) -> tuple[int, dict[str, Any]]:
+    """Consecutive hidden-state chunks as one array per layer, from the first one's start."""
+    import numpy as np
+
+    start = chunks[0].start
+    expected = start
+    parts: dict[str, list[Any]] = {}
+    for chunk in chunks:
+        if chunk.start != expected:
+            raise ValueError(f"thinker states chunk starts at {chunk.start}, expected {expected}")
+        expected += chunk.rows
+        for name, array in chunk.layers.items():
+            parts.setdefault(name, []).append(array)
+    return start, {
+        name: arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
+        for name, arrays in parts.items()
+    }
+
+
+def _prompt_ids(thinker: StageResult) -> list[int]:
+    for payload in thinker.payloads:
+        ids = getattr(payload, "prompt_token_ids", None)
+        if ids:
+            return list(ids)
+    raise ValueError(
+        "the talker needs the thinker's prompt token ids, which reach it in vLLM's "
+        "RequestOutput: make the thinker a final-output stage with request_output_payload on"
+    )
+
+
+def image_sizes(prompt: Any) -> list[list[int]]:
+    """``[height, width]`` of each image of a prompt's ``multi_modal_data`` (PIL images or
+    ``[height, width, channels]`` arrays)."""
+    if not isinstance(prompt, dict):
+        return []
+    images = (prompt.get("multi_modal_data") or {}).get("image")
+    if images is None:
+        return []
+    if not isinstance(images, (list, tuple)):
+        images = [images]
+    sizes = []
+    for image in images:
+        if hasattr(image, "size") and isinstance(image.size, tuple):  # PIL: (width, height)
+            width, height = image.size
+        elif hasattr(image, "shape"):
+            height, width = image.shape[0], image.shape[1]
+        else:
+            raise ValueError(f"cannot size an image of type {type(image).__name__}")
+        sizes.append([int(height), int(width)])
+    return sizes

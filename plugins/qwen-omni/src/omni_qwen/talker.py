@@ -1,0 +1,549 @@
+"""Qwen2.5-Omni's talker as a stage engine: the thinker's per-token states → codec ids.
+
+``build(config)`` is the factory the core's ``torch`` stage kind calls in the stage process
+(``config``: ``{"model": <checkpoint dir or hub id>, "threads": n, "options": {...}}``). It loads
+transformers' ``Qwen2_5OmniTalkerForConditionalGeneration`` from the checkpoint (only the
+``talker.*`` weights), the rows of the thinker's input embedding table the talker needs (each
+speaker's ``bos_token``, the tts eos and pad tokens) and the speakers of ``spk_dict.pt``.
+
+**What the talker consumes** (as ``Qwen2_5OmniForConditionalGeneration.generate`` builds it, per
+request): with P prompt tokens and G reply tokens ``gen``, and per position ``x = final + emb``
+(the thinker's last hidden state plus its embedding-layer output, the embeddings zeroed at
+audio/image/video positions of the prompt):
+
+* prefill, P + 2 rows: ``x`` of the prompt, the thinker embedding of the speaker's ``bos_token``
+  (+ the codec pad embedding), ``x`` of ``gen[0]`` (+ the codec bos embedding); 3D rope positions
+  from the talker's ``get_rope_index`` over ``[prompt ids, bos_token, gen[0]]``;
+* decode step k ≥ 1: the codec embedding of the previous code plus reply row k - 1 of
+  ``[x(gen[1]) .. x(gen[R-2]), emb(tts_eos), emb(tts_pad), emb(tts_pad), ...]``, where R is G, or
+  less when the thinker emitted an eos token before its end (transformers' per-row rewrite).
+
+So talker step k needs the thinker's row of ``gen[k]``, which the thinker emits with ``gen[k+1]``:
+on a ``stream`` edge the talker follows the thinker one token behind, and runs free (eos, then pad
+rows) once the thinker finished. A reply of a single token (G = 1) gives no codes.
+
+**Input** (what :mod:`omni_qwen.bridge` makes of the thinker's outputs; several chunks through
+``add_input`` on a stream edge): a dict with ``token_ids`` (new reply tokens), ``start`` plus
+``embeddings`` and ``final`` (float32 ``[rows, hidden]`` for positions ``start ..``), and, in the
+first chunk, ``prompt_ids`` and ``image_sizes`` (``[height, width]`` per image: the 3D positions of
+image tokens follow the image's grid).
+
+**Sampling** (the talker stage's ``SamplingParams``): ``temperature`` (0: greedy), ``top_k``,
+``top_p``, ``min_p``, ``repetition_penalty`` (over the codec prompt and the codes so far, as
+transformers), ``max_tokens`` (default ``options.max_tokens``, 4096 as transformers), ``seed``
+(a per-request generator: the same draws as ``torch.manual_seed(seed)`` before transformers'
+talker). The codec bos is suppressed; the talker stops at a codec pad or end code (transformers'
+``talker_eos_token_id``), which is not emitted: ``token_ids`` are the codes, ``finish_reason``
+``stop``, or ``length`` at ``max_tokens``. Other sampling fields do not apply and are ignored.
+``params.extra["voice"]``: a speaker of ``spk_dict.pt`` (default ``options.voice``, "Chelsie");
+an unknown one is a 400 naming the available ones.
+
+One decode step per engine step for every request that can step (each request keeps its own KV
+cache; a forward per request, so each request's numbers are exactly transformers' batch-of-one).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from omni_core.errors import ConfigError, RequestError
+from omni_core.kinds.torch_kind import StageOutput, TorchStageEngine, error_output
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_VOICE = "Chelsie"
+THINKER_EMBEDDINGS = "thinker.model.embed_tokens.weight"
+
+
+class TalkerOptions(BaseModel):
+    """``engine_args.options`` of a talker stage."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    voice: str = Field(default=DEFAULT_VOICE, description="speaker when a request names none")
+    max_tokens: int = Field(default=4096, ge=1, description="codes per request when unset")
+    dtype: str = Field(default="float32", description="torch dtype of the talker's weights")
+    device: str = Field(default="cpu", description="torch device of the talker")
+
+
+def local_checkpoint(model: str) -> Path:
+    """A checkpoint directory: ``model`` itself, or a hub id fetched into the hub cache (its
+    configs, safetensors and speakers)."""
+    path = Path(model)
+    if path.is_dir():
+        return path
+    from huggingface_hub import snapshot_download
+
+    return Path(snapshot_download(model, allow_patterns=["*.json", "*.safetensors", "spk_dict.pt"]))
+
+
+def read_tensors(checkpoint: Path, names: list[str]) -> dict[str, Any]:
+    """Named tensors of a (possibly sharded) safetensors checkpoint, reading only their files."""
+    from safetensors import safe_open
+
+    index = checkpoint / "model.safetensors.index.json"
+    if index.exists():
+        weight_map = json.loads(index.read_text())["weight_map"]
+        files: dict[str, list[str]] = {}
+        for name in names:
+            if name not in weight_map:
+                raise ConfigError([f"{checkpoint}: no tensor '{name}'"])
+            files.setdefault(weight_map[name], []).append(name)
+    else:
+        files = {"model.safetensors": names}
+    tensors = {}
+    for file, wanted in files.items():
+        with safe_open(str(checkpoint / file), "pt") as f:
+            for name in wanted:
+                tensors[name] = f.get_tensor(name)
+    return tensors
+
+
+@dataclass
+class _Request:
+    """One request's state: what the thinker sent so far and where the talker is."""
+
+    rid: str
+    bos_token: int
+    max_tokens: int
+    greedy: bool
+    processors: list[Any]
+    generator: Any
+    stream: bool
+    prompt_ids: list[int] | None = None
+    grids: Any = None  # each image's (t, h, w) grid, None without images
+    rows: list[Any] = field(default_factory=list)  # x = final + emb per position, 1-D tensors
+    reply: list[int] = field(default_factory=list)  # the thinker's reply tokens so far
+    done: bool = False  # the thinker finished: no more rows or tokens
+    cache: Any = None
+    past: int = 0  # positions in the KV cache
+    rope_delta: int = 0
+    codes: list[int] = field(default_factory=list)
+    held: list[int] = field(default_factory=list)  # codes not sent yet (stream_outputs False)
+
+
+class TalkerEngine(TorchStageEngine):
+    kind = "qwen2.5-omni talker"
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        import torch
+        import transformers
+        from transformers import Qwen2_5OmniConfig, Qwen2_5OmniTalkerForConditionalGeneration
+
+        try:
+            self.options = TalkerOptions.model_validate(config.get("options") or {})
+        except ValidationError as exc:
+            raise ConfigError([f"talker options: {exc}"]) from None
+        if not config.get("model"):
+            raise ConfigError(["the talker needs engine_args.model (a Qwen2.5-Omni checkpoint)"])
+        started = time.perf_counter()
+        self.torch = torch
+        self.dtype = getattr(torch, self.options.dtype)
+        self.device = torch.device(self.options.device)
+        checkpoint = local_checkpoint(str(config["model"]))
+        omni = Qwen2_5OmniConfig.from_pretrained(checkpoint)
+        verbosity = transformers.logging.get_verbosity()
+        transformers.logging.set_verbosity_error()  # the thinker's/token2wav's keys: unused here
+        try:
+            talker = Qwen2_5OmniTalkerForConditionalGeneration.from_pretrained(
+                checkpoint, config=omni.talker_config, dtype=self.dtype
+            )
+        finally:
+            transformers.logging.set_verbosity(verbosity)
+        self.talker = talker.to(self.device).eval()
+        tc = omni.talker_config
+        self.codec_bos, self.codec_pad = tc.tts_codec_start_token_id, tc.tts_codec_pad_token_id
+        self.codec_mask, self.codec_end = tc.tts_codec_mask_token_id, tc.tts_codec_end_token_id
+        self.stop_codes = (self.codec_pad, self.codec_end)  # generate()'s talker_eos_token_id
+        self.multimodal = {tc.audio_token_index, tc.image_token_index, tc.video_token_index}
+        self.audio_start, self.audio_end = tc.audio_start_token_id, tc.audio_end_token_id
+        self.image_token = tc.image_token_index
+
+        speakers = torch.load(checkpoint / "spk_dict.pt", weights_only=True)
+        self.voices = {name: int(spk["bos_token"]) for name, spk in speakers.items()}
+        if self.options.voice not in self.voices:
+            raise ConfigError([self.unknown_voice(self.options.voice)])
+        table = read_tensors(checkpoint, [THINKER_EMBEDDINGS])[THINKER_EMBEDDINGS]
+        wanted = {tc.tts_text_end_token_id, tc.tts_text_pad_token_id, *self.voices.values()}
+        self.text_embedding = {i: table[i].to(self.device, self.dtype) for i in sorted(wanted)}
+        self.text_eos = self.text_embedding[tc.tts_text_end_token_id]
+        self.text_pad = self.text_embedding[tc.tts_text_pad_token_id]
+        del table
+        codec = self.talker.get_input_embeddings()
+        with torch.inference_mode():
+            ids = torch.tensor([self.codec_bos, self.codec_pad], device=self.device)
+            self.codec_bos_embedding, self.codec_pad_embedding = codec(ids)
+        self.thinker_eos = _ids(_generation_config(checkpoint).get("eos_token_id"))
+        self.image_grid = _ImageGrid(checkpoint)
+        self.requests: dict[str, _Request] = {}
+        logger.info("talker loaded from %s in %.1f s", checkpoint, time.perf_counter() - started)
+
+    def unknown_voice(self, voice: Any) -> str:
+        return f"unknown voice {voice!r}: this model has {', '.join(sorted(self.voices))}"
+
+    # --- commands -------------------------------------------------------------------------------
+    def add(self, request: Any) -> None:
+        params = request.params
+        voice = params.extra.get("voice", self.options.voice)
+        if voice not in self.voices:
+            raise RequestError(self.unknown_voice(voice), param="voice")
+        greedy = params.temperature == 0.0
+        generator = None
+        if not greedy:
+            generator = self.torch.Generator(device=self.device)
+            if params.seed is not None:
+                generator.manual_seed(params.seed)
+            else:
+                generator.seed()
+        state = _Request(
+            rid=request.request_id,
+            bos_token=self.voices[voice],
+            max_tokens=params.max_tokens or self.options.max_tokens,
+            greedy=greedy,
+            processors=self._processors(params, greedy),
+            generator=generator,
+            stream=request.stream_outputs,
+        )
+        self._feed(state, request.prompt, first=True)
+        state.done = not request.streaming_input
+        self.requests[request.request_id] = state
+
+    def add_input(self, request_id: str, prompt: Any, final: bool) -> None:
+        state = self.requests.get(request_id)
+        if state is None:
+            return
+        if prompt:
+            self._feed(state, prompt, first=False)
+        state.done = state.done or final
+
+    def abort(self, request_ids: list[str]) -> None:
+        for rid in request_ids:
+            self.requests.pop(rid, None)
+
+    def _processors(self, params: Any, greedy: bool) -> list[Any]:
+        """transformers' logits processors, in ``generate``'s order."""
+        from transformers.generation import (
+            MinPLogitsWarper,
+            RepetitionPenaltyLogitsProcessor,
+            SuppressTokensLogitsProcessor,
+            TemperatureLogitsWarper,
+            TopKLogitsWarper,
+            TopPLogitsWarper,
+        )
+
+        processors: list[Any] = []
+        if params.repetition_penalty != 1.0:
+            processors.append(RepetitionPenaltyLogitsProcessor(params.repetition_penalty))
+        processors.append(SuppressTokensLogitsProcessor([self.codec_bos], device=self.device))
+        if greedy:
+            return processors
+        if params.temperature != 1.0:
+            processors.append(TemperatureLogitsWarper(params.temperature))
+        if params.top_k is not None and params.top_k > 0:
+            processors.append(TopKLogitsWarper(top_k=params.top_k))
+        if params.top_p < 1.0:
+            processors.append(TopPLogitsWarper(top_p=params.top_p))
+        if params.min_p > 0.0:
+            processors.append(MinPLogitsWarper(min_p=params.min_p))
+        return processors
+
+    def _feed(self, state: _Request, chunk: Any, first: bool) -> None:
+        """Take one chunk of the thinker's output (the bridge's dict)."""
+        if not isinstance(chunk, dict):
+            raise RequestError(
+                f"the talker takes the thinker's states (the {BRIDGE_NAME!r} bridge's dict), "
+                f"not {type(chunk).__name__}"
+            )
+        torch = self.torch
+        if first:
+            prompt_ids = chunk.get("prompt_ids")
+            if not prompt_ids:
+                raise RequestError("the talker's first input lacks the thinker's prompt_ids")
+            state.prompt_ids = [int(t) for t in prompt_ids]
+            sizes = [(int(h), int(w)) for h, w in chunk.get("image_sizes") or ()]
+            state.grids = self.image_grid.grids(sizes, state.prompt_ids, self.image_token)
+        state.reply.extend(int(t) for t in chunk.get("token_ids") or ())
+        if chunk.get("embeddings") is None:
+            if state.reply and not state.rows:
+                raise RequestError(
+                    "the talker needs the thinker's hidden states: give the thinker stage "
+                    "engine_args.hidden_states: {layers: [embeddings, final]}"
+                )
+            return
+        start = int(chunk.get("start", 0))
+        if start != len(state.rows):
+            raise RequestError(
+                f"thinker states for positions from {start}, expected {len(state.rows)}"
+            )
+        emb = torch.as_tensor(chunk["embeddings"]).to(self.device, self.dtype)
+        final = torch.as_tensor(chunk["final"]).to(self.device, self.dtype)
+        if emb.shape != final.shape or emb.ndim != 2:
+            raise RequestError(f"thinker states of shapes {emb.shape} and {final.shape}")
+        assert state.prompt_ids is not None
+        prompt_len = len(state.prompt_ids)
+        for i in range(emb.shape[0]):
+            pos = start + i
+            if pos < prompt_len and state.prompt_ids[pos] in self.multimodal:
+                state.rows.append(final[i].clone())  # generate() zeroes these embeddings
+            else:
+                state.rows.append(final[i] + emb[i])
+
+    # --- stepping -------------------------------------------------------------------------------
+    def reply_length(self, state: _Request) -> int | None:
+        """R: the reply tokens the talker reads (rows of gen[0 .. R-2], then the tts eos), once
+        known: G when the thinker finished; less when it emitted an eos token before its end
+        (transformers' per-row rewrite: the text after the first eos is not spoken)."""
+        eos = next((i for i, t in enumerate(state.reply) if t in self.thinker_eos), None)
+        if eos is not None and eos >= 1:
+            return eos + 1
+        if eos == 0 and len(state.reply) >= 2:
+            return 2
+        return len(state.reply) if state.done else None
+
+    def plan(self, state: _Request) -> tuple[str, int] | None:
+        """What the next step reads: ``("prefill", 0)``, ``("row", position)``, ``("eos", 0)``,
+        ``("pad", 0)``, ``("empty", 0)`` (no codes: a one-token reply) or None (wait for the
+        thinker). Raises RequestError when the thinker finished without a row this needs."""
+        assert state.prompt_ids is not None
+        prompt_len = len(state.prompt_ids)
+        reply = self.reply_length(state)
+        if not state.codes:  # the prefill reads the prompt's rows and gen[0]'s
+            if reply is not None and reply < 2:
+                return ("empty", 0)
+            wanted: tuple[str, int] = ("prefill", prompt_len)
+        else:
+            j = len(state.codes) - 1  # decode step k = j + 1 reads reply row j
+            if reply is not None and j >= reply - 2:
+                return ("eos", 0) if j == reply - 2 else ("pad", 0)
+            wanted = ("row", prompt_len + 1 + j)
+        if wanted[1] < len(state.rows):
+            return wanted
+        if state.done:
+            raise RequestError(
+                f"the thinker's states end at position {len(state.rows) - 1}; the talker needs "
+                f"position {wanted[1]}"
+            )
+        return None
+
+    def inputs(self, state: _Request, plan: tuple[str, int]) -> Any:
+        """The rows a planned step feeds the talker (before its projection)."""
+        kind, pos = plan
+        if kind == "prefill":  # generate()'s prompt, with the codec pad/bos its forward adds
+            return self.torch.stack(
+                [
+                    *state.rows[:pos],
+                    self.text_embedding[state.bos_token] + self.codec_pad_embedding,
+                    state.rows[pos] + self.codec_bos_embedding,
+                ]
+            )
+        if kind == "row":
+            return state.rows[pos]
+        return self.text_eos if kind == "eos" else self.text_pad
+
+    def has_work(self) -> bool:
+        for state in self.requests.values():
+            try:
+                if self.plan(state) is not None:
+                    return True
+            except Exception:
+                return True  # step reports it
+        return False
+
+    def step(self) -> list[StageOutput]:
+        outputs = []
+        for rid, state in list(self.requests.items()):
+            try:
+                out = self._step_one(state)
+            except Exception as exc:  # this request's own failure: it ends, the others go on
+                del self.requests[rid]
+                outputs.append(error_output(rid, exc))
+                continue
+            if out is not None:
+                outputs.append(out)
+                if out.finished:
+                    del self.requests[rid]
+        return outputs
+
+    def _step_one(self, state: _Request) -> StageOutput | None:
+        plan = self.plan(state)
+        if plan is None:
+            return None
+        if plan[0] == "empty":
+            return self._finish(state, "stop")
+        code = self.forward(state, self.inputs(state, plan))
+        if code in self.stop_codes:
+            return self._finish(state, "stop")
+        state.codes.append(code)
+        if len(state.codes) >= state.max_tokens:
+            state.held.append(code)
+            return self._finish(state, "length")
+        if not state.stream:
+            state.held.append(code)
+            return None
+        return StageOutput(request_id=state.rid, token_ids=[code])
+
+    def _finish(self, state: _Request, reason: str) -> StageOutput:
+        codes, state.held = state.held, []
+        return StageOutput(
+            request_id=state.rid, token_ids=codes, finished=True, finish_reason=reason
+        )
+
+    def forward(self, state: _Request, x: Any) -> int:
+        """One talker forward (the prefill, or one decode row) and the next code."""
+        torch = self.torch
+        with torch.inference_mode():
+            if state.cache is None:
+                from transformers import DynamicCache
+
+                state.cache = DynamicCache(config=self.talker.config)
+                positions = self.prefill_positions(state, x.shape[0])
+                inputs = x[None]
+            else:
+                codec = self.talker.get_input_embeddings()
+                previous = torch.tensor([[state.codes[-1]]], device=self.device)
+                inputs = codec(previous) + x[None, None]
+                pos = state.past + state.rope_delta
+                positions = torch.full((3, 1, 1), pos, dtype=torch.long, device=self.device)
+            length = state.past + inputs.shape[1]
+            out = self.talker(
+                inputs_embeds=inputs,
+                attention_mask=torch.ones((1, length), dtype=torch.long, device=self.device),
+                position_ids=positions,
+                past_key_values=state.cache,
+                use_cache=True,
+            )
+            state.past = length
+            logits = out.logits[:, -1].to(copy=True, dtype=torch.float32)
+            history = torch.tensor(
+                [[self.codec_mask, self.codec_pad, self.codec_bos, *state.codes]],
+                device=self.device,
+            )
+            for processor in state.processors:
+                logits = processor(history, logits)
+            if state.greedy:
+                return int(torch.argmax(logits, dim=-1))
+            probs = torch.nn.functional.softmax(logits, dim=-1)
+            return int(torch.multinomial(probs, num_samples=1, generator=state.generator))
+
+    def prefill_positions(self, state: _Request, length: int) -> Any:
+        """The talker's 3D rope positions over ``[prompt ids, bos_token, gen[0]]`` (and the
+        delta that continues them), by the talker's own ``get_rope_index``."""
+        torch = self.torch
+        assert state.prompt_ids is not None
+        text_ids = torch.tensor(
+            [[*state.prompt_ids, state.bos_token, state.reply[0]]], device=self.device
+        )
+        grids = state.grids
+        audio_lengths = self.audio_lengths(state.prompt_ids) if grids is not None else None
+        positions, delta = self.talker.get_rope_index(
+            text_ids,
+            grids,
+            None,
+            torch.ones((1, length), dtype=torch.long, device=self.device),
+            False,
+            audio_lengths,
+            None,
+        )
+        state.rope_delta = int(delta.reshape(-1)[0])
+        return positions
+
+    def audio_lengths(self, prompt_ids: list[int]) -> Any:
+        """Feature lengths that ``get_rope_index`` turns back into each audio's token count n
+        (``((L - 1) // 2 + 1 - 2) // 2 + 1 == n`` for L = 4n - 1): the positions need only n."""
+        lengths, inside = [], None
+        for token in prompt_ids:
+            if token == self.audio_start:
+                inside = 0
+            elif token == self.audio_end and inside is not None:
+                lengths.append(4 * inside - 1)
+                inside = None
+            elif inside is not None:
+                inside += 1
+        return self.torch.tensor(lengths, dtype=self.torch.long) if lengths else None
+
+
+class _ImageGrid:
+    """Each image's grid ``(t, h, w)`` in patches, as the checkpoint's image processor sizes it
+    (``smart_resize`` to multiples of patch * merge within its pixel bounds)."""
+
+    def __init__(self, checkpoint: Path) -> None:
+        config: dict[str, Any] = {}
+        for name in ("processor_config.json", "preprocessor_config.json"):
+            path = checkpoint / name
+            if path.exists():
+                data = json.loads(path.read_text())
+                config = data.get("image_processor", data)
+                break
+        size = config.get("size") or {}
+        self.patch = int(config.get("patch_size", 14))
+        self.merge = int(config.get("merge_size", 2))
+        self.min_pixels = int(config.get("min_pixels") or size.get("shortest_edge") or 56 * 56)
+        self.max_pixels = int(
+            config.get("max_pixels") or size.get("longest_edge") or 28 * 28 * 1280
+        )
+
+    def grids(self, sizes: list[tuple[int, int]], prompt_ids: list[int], image_token: int) -> Any:
+        """The grids of a prompt's images (None without images); a count of image tokens that
+        the sizes do not explain is a 400."""
+        import torch
+        from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
+
+        runs = _runs(prompt_ids, image_token)
+        if not runs and not sizes:
+            return None
+        if len(runs) != len(sizes):
+            raise RequestError(
+                f"the prompt has {len(runs)} image(s) but {len(sizes)} image size(s) reached the "
+                "talker (images must be in the prompt's multi_modal_data)"
+            )
+        grids = []
+        for (height, width), tokens in zip(sizes, runs, strict=True):
+            factor = self.patch * self.merge
+            h, w = smart_resize(height, width, factor, self.min_pixels, self.max_pixels)
+            grid = (1, h // self.patch, w // self.patch)
+            if grid[1] * grid[2] // self.merge**2 != tokens:
+                raise RequestError(
+                    f"an image of {height}x{width} makes {grid[1] * grid[2] // self.merge**2} "
+                    f"tokens here, but the prompt has {tokens}"
+                )
+            grids.append(grid)
+        return torch.tensor(grids, dtype=torch.long)
+
+
+def _runs(ids: list[int], token: int) -> list[int]:
+    """Lengths of the runs of ``token`` in ``ids``."""
+    runs, count = [], 0
+    for t in [*ids, None]:
+        if t == token:
+            count += 1
+        elif count:
+            runs.append(count)
+            count = 0
+    return runs
+
+
+def _generation_config(checkpoint: Path) -> dict[str, Any]:
+    path = checkpoint / "generation_config.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _ids(value: Any) -> frozenset[int]:
+    if value is None:
+        return frozenset()
+    if isinstance(value, int):
+        return frozenset({value})
+    return frozenset(int(v) for v in value)
+
+
+BRIDGE_NAME = "qwen2.5-omni-talker"
+
+
+def build(config: dict[str, Any]) -> TalkerEngine:
+    return TalkerEngine(config)
