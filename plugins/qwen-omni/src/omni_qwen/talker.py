@@ -44,21 +44,27 @@ cache; a forward per request, so each request's numbers are exactly transformers
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from omni_core.errors import ConfigError, RequestError
 from omni_core.kinds.torch_kind import StageOutput, TorchStageEngine, error_output
+from omni_qwen.checkpoint import (
+    ImageGrid,
+    generation_config,
+    local_checkpoint,
+    read_tensors,
+    token_ids,
+)
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_VOICE = "Chelsie"
+BRIDGE_NAME = "qwen2.5-omni-talker"  # omni_qwen.bridge: what makes this engine's input
 THINKER_EMBEDDINGS = "thinker.model.embed_tokens.weight"
 
 
@@ -71,39 +77,6 @@ class TalkerOptions(BaseModel):
     max_tokens: int = Field(default=4096, ge=1, description="codes per request when unset")
     dtype: str = Field(default="float32", description="torch dtype of the talker's weights")
     device: str = Field(default="cpu", description="torch device of the talker")
-
-
-def local_checkpoint(model: str) -> Path:
-    """A checkpoint directory: ``model`` itself, or a hub id fetched into the hub cache (its
-    configs, safetensors and speakers)."""
-    path = Path(model)
-    if path.is_dir():
-        return path
-    from huggingface_hub import snapshot_download
-
-    return Path(snapshot_download(model, allow_patterns=["*.json", "*.safetensors", "spk_dict.pt"]))
-
-
-def read_tensors(checkpoint: Path, names: list[str]) -> dict[str, Any]:
-    """Named tensors of a (possibly sharded) safetensors checkpoint, reading only their files."""
-    from safetensors import safe_open
-
-    index = checkpoint / "model.safetensors.index.json"
-    if index.exists():
-        weight_map = json.loads(index.read_text())["weight_map"]
-        files: dict[str, list[str]] = {}
-        for name in names:
-            if name not in weight_map:
-                raise ConfigError([f"{checkpoint}: no tensor '{name}'"])
-            files.setdefault(weight_map[name], []).append(name)
-    else:
-        files = {"model.safetensors": names}
-    tensors = {}
-    for file, wanted in files.items():
-        with safe_open(str(checkpoint / file), "pt") as f:
-            for name in wanted:
-                tensors[name] = f.get_tensor(name)
-    return tensors
 
 
 @dataclass
@@ -180,8 +153,8 @@ class TalkerEngine(TorchStageEngine):
         with torch.inference_mode():
             ids = torch.tensor([self.codec_bos, self.codec_pad], device=self.device)
             self.codec_bos_embedding, self.codec_pad_embedding = codec(ids)
-        self.thinker_eos = _ids(_generation_config(checkpoint).get("eos_token_id"))
-        self.image_grid = _ImageGrid(checkpoint)
+        self.thinker_eos = token_ids(generation_config(checkpoint).get("eos_token_id"))
+        self.image_grid = ImageGrid(checkpoint)
         self.requests: dict[str, _Request] = {}
         logger.info("talker loaded from %s in %.1f s", checkpoint, time.perf_counter() - started)
 
@@ -467,82 +440,6 @@ class TalkerEngine(TorchStageEngine):
             elif inside is not None:
                 inside += 1
         return self.torch.tensor(lengths, dtype=self.torch.long) if lengths else None
-
-
-class _ImageGrid:
-    """Each image's grid ``(t, h, w)`` in patches, as the checkpoint's image processor sizes it
-    (``smart_resize`` to multiples of patch * merge within its pixel bounds)."""
-
-    def __init__(self, checkpoint: Path) -> None:
-        config: dict[str, Any] = {}
-        for name in ("processor_config.json", "preprocessor_config.json"):
-            path = checkpoint / name
-            if path.exists():
-                data = json.loads(path.read_text())
-                config = data.get("image_processor", data)
-                break
-        size = config.get("size") or {}
-        self.patch = int(config.get("patch_size", 14))
-        self.merge = int(config.get("merge_size", 2))
-        self.min_pixels = int(config.get("min_pixels") or size.get("shortest_edge") or 56 * 56)
-        self.max_pixels = int(
-            config.get("max_pixels") or size.get("longest_edge") or 28 * 28 * 1280
-        )
-
-    def grids(self, sizes: list[tuple[int, int]], prompt_ids: list[int], image_token: int) -> Any:
-        """The grids of a prompt's images (None without images); a count of image tokens that
-        the sizes do not explain is a 400."""
-        import torch
-        from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
-
-        runs = _runs(prompt_ids, image_token)
-        if not runs and not sizes:
-            return None
-        if len(runs) != len(sizes):
-            raise RequestError(
-                f"the prompt has {len(runs)} image(s) but {len(sizes)} image size(s) reached the "
-                "talker (images must be in the prompt's multi_modal_data)"
-            )
-        grids = []
-        for (height, width), tokens in zip(sizes, runs, strict=True):
-            factor = self.patch * self.merge
-            h, w = smart_resize(height, width, factor, self.min_pixels, self.max_pixels)
-            grid = (1, h // self.patch, w // self.patch)
-            if grid[1] * grid[2] // self.merge**2 != tokens:
-                raise RequestError(
-                    f"an image of {height}x{width} makes {grid[1] * grid[2] // self.merge**2} "
-                    f"tokens here, but the prompt has {tokens}"
-                )
-            grids.append(grid)
-        return torch.tensor(grids, dtype=torch.long)
-
-
-def _runs(ids: list[int], token: int) -> list[int]:
-    """Lengths of the runs of ``token`` in ``ids``."""
-    runs, count = [], 0
-    for t in [*ids, None]:
-        if t == token:
-            count += 1
-        elif count:
-            runs.append(count)
-            count = 0
-    return runs
-
-
-def _generation_config(checkpoint: Path) -> dict[str, Any]:
-    path = checkpoint / "generation_config.json"
-    return json.loads(path.read_text()) if path.exists() else {}
-
-
-def _ids(value: Any) -> frozenset[int]:
-    if value is None:
-        return frozenset()
-    if isinstance(value, int):
-        return frozenset({value})
-    return frozenset(int(v) for v in value)
-
-
-BRIDGE_NAME = "qwen2.5-omni-talker"
 
 
 def build(config: dict[str, Any]) -> TalkerEngine:
