@@ -1,8 +1,10 @@
 """omni-qwen: the Qwen2.5-Omni model family on omni-core.
 
-Registers the model ``tiny-qwen2.5-omni`` (the real architecture at tiny sizes, built locally)
-and the pipeline ``qwen2.5-omni-thinker`` (the thinker on vLLM). omni-core finds this package
-through its entry point ``qwen`` (group ``omni_core.plugins``) -> :mod:`omni_qwen.plugin`.
+Registers the model ``tiny-qwen2.5-omni`` (the real architecture at tiny sizes, built locally),
+the pipelines ``qwen2.5-omni-thinker`` (the thinker on vLLM) and ``qwen2.5-omni`` (thinker →
+talker → token2wav: text and speech out) and the bridge ``qwen2.5-omni-talker``. omni-core
+finds this package through its entry point ``qwen`` (group ``omni_core.plugins``) ->
+:mod:`omni_qwen.plugin`.
 Importing this package imports nothing heavy (the shim's sitecustomize imports it at start-up).
 """
 
