@@ -161,6 +161,7 @@ class ReplicaSupervisor:
                 "live": pool.has_live(),
                 "restarts": pool.restarts,
                 "pids": [getattr(c, "pid", None) for c in pool.clients],
+                "errors": list(pool.errors),  # why a replica's last (re)start failed, or None
             }
             for pool in self.pools.values()
         }

@@ -24,6 +24,7 @@ class StagePool:
         self.context = context
         self.clients: list[StageClient | None] = [None] * stage.config.replicas
         self.bound: list[set[str]] = [set() for _ in self.clients]
+        self.errors: list[str | None] = [None] * len(self.clients)  # last failed start, per slot
         self.restarts = 0
         self._next = 0
 
@@ -41,8 +42,10 @@ class StagePool:
             client = self.new_client(replica)
             await client.start()
         except Exception as exc:
-            raise StartupError(f"{label} failed to start: {type(exc).__name__}: {exc}") from exc
+            self.errors[replica] = f"{label} failed to start: {type(exc).__name__}: {exc}"
+            raise StartupError(self.errors[replica]) from exc
         self.clients[replica] = client
+        self.errors[replica] = None
         return client
 
     def live(self) -> list[int]:

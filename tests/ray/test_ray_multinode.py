@@ -366,6 +366,9 @@ stages:
         assert "held by other actors or placement groups ('slot' free: 0)" in failure
         health = fixed.health()["stages"]["fixed"]
         assert health["replicas"][lost_fixed] is False and health["live"]
+        assert health["errors"][lost_fixed] in failure  # /health says why, too
+        assert "'slot' free: 0" in health["errors"][lost_fixed]
+        assert health["errors"][1 - lost_fixed] is None
         assert asyncio.run(collect(fixed, "still"))[-1].finish_reason == "stop"
     finally:
         flex.shutdown()
