@@ -94,6 +94,7 @@ class _Request:
     grids: Any = None  # each image's (t, h, w) grid, None without images
     rows: list[Any] = field(default_factory=list)  # x = final + emb per position, 1-D tensors
     reply: list[int] = field(default_factory=list)  # the thinker's reply tokens so far
+    eos: int | None = None  # index of the reply's first thinker eos token
     done: bool = False  # the thinker finished: no more rows or tokens
     cache: Any = None
     past: int = 0  # positions in the KV cache
@@ -242,7 +243,10 @@ class TalkerEngine(TorchStageEngine):
             state.prompt_ids = [int(t) for t in prompt_ids]
             sizes = [(int(h), int(w)) for h, w in chunk.get("image_sizes") or ()]
             state.grids = self.image_grid.grids(sizes, state.prompt_ids, self.image_token)
-        state.reply.extend(int(t) for t in chunk.get("token_ids") or ())
+        for token in chunk.get("token_ids") or ():
+            if state.eos is None and int(token) in self.thinker_eos:
+                state.eos = len(state.reply)
+            state.reply.append(int(token))
         if chunk.get("embeddings") is None:
             if state.reply and not state.rows:
                 raise RequestError(
@@ -273,7 +277,7 @@ class TalkerEngine(TorchStageEngine):
         """R: the reply tokens the talker reads (rows of gen[0 .. R-2], then the tts eos), once
         known: G when the thinker finished; less when it emitted an eos token before its end
         (transformers' per-row rewrite: the text after the first eos is not spoken)."""
-        eos = next((i for i, t in enumerate(state.reply) if t in self.thinker_eos), None)
+        eos = state.eos
         if eos is not None and eos >= 1:
             return eos + 1
         if eos == 0 and len(state.reply) >= 2:
