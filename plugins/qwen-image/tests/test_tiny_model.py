@@ -99,3 +99,25 @@ def test_export_config_reads_the_lm_fields_of_flat_and_nested_vl_configs():
         assert (qwen2.hidden_size, qwen2.num_key_value_heads, qwen2.vocab_size) == (3584, 4, 152064)
         assert qwen2.rope_parameters == {"rope_type": "default", "rope_theta": theta}
         assert qwen2.architectures == ["Qwen2ForCausalLM"] and not qwen2.tie_word_embeddings
+
+
+def test_without_diffusers_the_build_and_the_stage_say_how_to_install_it(monkeypatch, tmp_path):
+    import importlib.util
+
+    from omni_qwen_image import kind, plugin
+
+    from omni_core.errors import ConfigError
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "diffusers" else real(name, *a),
+    )
+    with pytest.raises(
+        ConfigError, match=r"model 'tiny-qwen-image' needs diffusers.*qwen-image\.txt"
+    ):
+        plugin._build_tiny(tmp_path)
+    with pytest.raises(ConfigError, match=r"stage 'dit' \(kind 'diffusers'\) needs diffusers"):
+        kind.require_diffusers("stage 'dit' (kind 'diffusers')")
+    assert not any(tmp_path.iterdir())

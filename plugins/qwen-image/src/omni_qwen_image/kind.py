@@ -81,9 +81,24 @@ class DiffusersOptions(BaseModel):
     seed: int | None = Field(default=None, description="noise seed (over params.seed)")
 
 
+INSTALL = "pip install --no-deps -r requirements/qwen-image.txt (./setup.sh does)"
+
+
+def require_diffusers(where: str) -> None:
+    """diffusers is installed, else one ConfigError naming ``where`` and how to install it (it
+    is not a declared dependency: pip must not resolve it against the CPU torch)."""
+    import importlib.util
+
+    from omni_core.errors import ConfigError
+
+    if importlib.util.find_spec("diffusers") is None:
+        raise ConfigError([f"{where} needs diffusers, which is not installed: {INSTALL}"])
+
+
 def make_diffusers_client(stage: Any, replica: int, context: StageContext) -> ProcessStageClient:
     from omni_core.models import resolve_model
 
+    require_diffusers(f"stage '{stage.name}' (kind 'diffusers')")
     args = DiffusersArgs.model_validate(stage.engine_args)
     config = {
         "factory": "omni_qwen_image.engine:build",

@@ -33,6 +33,9 @@ def committed_checksums() -> dict[str, str]:
 
 
 def _build_tiny(out: Path) -> None:
+    from omni_qwen_image.kind import require_diffusers
+
+    require_diffusers(f"model '{TINY_MODEL}'")
     from omni_qwen_image.build import build
 
     build(out)
