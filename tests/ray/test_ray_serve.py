@@ -172,9 +172,16 @@ def test_killed_replica_fails_its_inflight_requests_and_serve_replaces_it(served
         except httpx.HTTPError as exc:
             results[i] = ("cut", type(exc).__name__)
 
+    wholes: list[tuple[int, str | None]] = []
+
+    def whole() -> None:  # not streamed: the answer comes at the end, or an error does
+        reply = httpx.post(f"{served}/v1/chat/completions", json=body(60), timeout=60)
+        wholes.append((reply.status_code, reply.headers.get(REPLICA_HEADER)))
+
     stage_actors = set(stage_actors_alive())
     assert len(stage_actors) == 2  # one stage actor per replica's engine
     threads = [threading.Thread(target=stream, args=(i,)) for i in range(4)]
+    threads += [threading.Thread(target=whole) for _ in range(2)]
     [t.start() for t in threads]
     assert started.wait(60), headers
     replicas = {replica_id(n): n for c, n in serve_actors() if c.startswith("ServeReplica")}
@@ -190,6 +197,10 @@ def test_killed_replica_fails_its_inflight_requests_and_serve_replaces_it(served
             assert outcome == "cut", (i, detail)
         else:
             assert (outcome, detail) == ("done", "data: [DONE]")
+    # whole answers: from a live replica, or Serve's 500 for one that was on the dead replica
+    assert len(wholes) == 2
+    for status_code, replica in wholes:
+        assert (status_code == 200 and replica != victim) or (status_code, replica) == (500, None)
     assert time.monotonic() - killed_at < 30
 
     # new requests go to the survivor (or to the replacement), never to the dead one
