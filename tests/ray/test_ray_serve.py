@@ -296,3 +296,19 @@ def test_omni_serve_ray_serve_cli(tmp_path):
     assert "through Ray Serve (2 replicas)" in text and "stopped the local Ray" in text
     supervisor = int(re.search(r"supervisor pid (\d+)", text).group(1))
     assert not import_psutil().pid_exists(supervisor)
+
+
+def test_omni_app_from_a_file_or_name_and_bad_input(tmp_path):
+    from ray.serve import Application
+
+    from omni_core.errors import ConfigError, StartupError
+    from omni_core.serve.ray_serve import omni_app
+
+    pipeline = tmp_path / "p.yaml"
+    pipeline.write_text(PIPELINE)
+    assert isinstance(omni_app(str(pipeline), replicas=2, load_plugins=False), Application)
+    assert isinstance(omni_app("tiny-omni"), Application)  # a shipped pipeline, by name
+    with pytest.raises(StartupError, match=r"ray serve: replicas must be at least 1 \(got 0\)"):
+        omni_app(str(pipeline), replicas=0)
+    with pytest.raises(ConfigError, match="no-such-pipeline"):
+        omni_app("no-such-pipeline")
