@@ -22,26 +22,23 @@ def local_checkpoint(model: str) -> Path:
     return Path(snapshot_download(model, allow_patterns=["*.json", "*.safetensors", "spk_dict.pt"]))
 
 
-def read_tensors(checkpoint: Path, names: list[str]) -> dict[str, Any]:
-    """Named tensors of a (possibly sharded) safetensors checkpoint, reading only their files."""
+def read_rows(checkpoint: Path, name: str, rows: list[int]) -> dict[int, Any]:
+    """Rows of one tensor of a (possibly sharded) safetensors checkpoint, reading only those
+    rows from the file that holds it (not the whole table: 1 GB for a 7B thinker's embeddings)."""
     from safetensors import safe_open
 
+    file = "model.safetensors"
     index = checkpoint / "model.safetensors.index.json"
     if index.exists():
         weight_map = json.loads(index.read_text())["weight_map"]
-        files: dict[str, list[str]] = {}
-        for name in names:
-            if name not in weight_map:
-                raise ConfigError([f"{checkpoint}: no tensor '{name}'"])
-            files.setdefault(weight_map[name], []).append(name)
-    else:
-        files = {"model.safetensors": names}
-    tensors = {}
-    for file, wanted in files.items():
-        with safe_open(str(checkpoint / file), "pt") as f:
-            for name in wanted:
-                tensors[name] = f.get_tensor(name)
-    return tensors
+        if name not in weight_map:
+            raise ConfigError([f"{checkpoint}: no tensor '{name}'"])
+        file = weight_map[name]
+    with safe_open(str(checkpoint / file), "pt") as f:
+        if name not in f.keys():
+            raise ConfigError([f"{checkpoint / file}: no tensor '{name}'"])
+        table = f.get_slice(name)
+        return {row: table[row : row + 1][0] for row in rows}
 
 
 class ImageGrid:

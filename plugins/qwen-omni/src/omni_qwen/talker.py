@@ -57,7 +57,7 @@ from omni_qwen.checkpoint import (
     ImageGrid,
     generation_config,
     local_checkpoint,
-    read_tensors,
+    read_rows,
     token_ids,
 )
 
@@ -144,12 +144,11 @@ class TalkerEngine(TorchStageEngine):
         self.voices = {name: int(spk["bos_token"]) for name, spk in speakers.items()}
         if self.options.voice not in self.voices:
             raise ConfigError([self.unknown_voice(self.options.voice)])
-        table = read_tensors(checkpoint, [THINKER_EMBEDDINGS])[THINKER_EMBEDDINGS]
         wanted = {tc.tts_text_end_token_id, tc.tts_text_pad_token_id, *self.voices.values()}
-        self.text_embedding = {i: table[i].to(self.device, self.dtype) for i in sorted(wanted)}
+        rows = read_rows(checkpoint, THINKER_EMBEDDINGS, sorted(wanted))
+        self.text_embedding = {i: row.to(self.device, self.dtype) for i, row in rows.items()}
         self.text_eos = self.text_embedding[tc.tts_text_end_token_id]
         self.text_pad = self.text_embedding[tc.tts_text_pad_token_id]
-        del table
         codec = self.talker.get_input_embeddings()
         with torch.inference_mode():
             ids = torch.tensor([self.codec_bos, self.codec_pad], device=self.device)
