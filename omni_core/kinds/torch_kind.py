@@ -20,6 +20,11 @@ is wrong), ``default_plane()`` (the data plane large output arrays go through). 
 ``add``/``add_input`` fails that request only (a ValueError: 400); one from ``step`` ends the
 replica (catch what belongs to one request and return ``error_output``).
 
+A plugin kind that hosts its own engine in a process replica (its own ``engine_args`` model)
+builds the replica with :func:`process_client` and resolves its model argument with
+:func:`resolve_model`, as the torch kind does. :func:`stage_model` tells a plugin's
+orchestrator-side hooks (e.g. ``omni_admit_request``) which checkpoint a ``torch`` stage loads.
+
 The engine's module is located when the pipeline is resolved (a module that cannot be found is a
 config error naming ``engine_args.engine``) but imported only in the replica's process, so an
 engine module may import torch at its top without the orchestrator paying for it; a missing
@@ -32,6 +37,9 @@ import importlib
 import importlib.util
 import json
 import sys
+import weakref
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -55,6 +63,9 @@ __all__ = [
     "default_plane",
     "error_output",
     "make_torch_client",
+    "process_client",
+    "resolve_model",
+    "stage_model",
 ]
 
 ENGINE_METHODS = ("add", "add_input", "abort", "rpc", "has_work", "step")
@@ -119,11 +130,58 @@ class TorchArgs(BaseModel):
         return value
 
 
-def make_torch_client(stage: Any, replica: int, context: StageContext) -> ProcessStageClient:
-    from omni_core.models import resolve_model
+# id(stage config) -> the model its replicas were given (entries leave with the config)
+_STAGE_MODELS: dict[int, str | None] = {}
 
+
+def resolve_model(name_or_path: str, cache_dir: Path | str) -> str:
+    """A stage's model argument as its engine loads it: a registered model's name becomes its
+    directory under ``cache_dir`` (built first if missing); a local path or a hub id is
+    returned as given. Call it on the orchestrator side (a stage-kind factory), not per request."""
+    from omni_core.models import resolve_model as resolve
+
+    return resolve(name_or_path, Path(cache_dir))
+
+
+def process_client(
+    stage: Any,
+    replica: int,
+    context: StageContext,
+    config: dict[str, Any],
+    threads: int,
+    env: Mapping[str, str] | None = None,
+    start_timeout_s: float = 600.0,
+) -> ProcessStageClient:
+    """One process replica of ``stage`` hosting a plugin's engine (a stage-kind factory's
+    answer): ``config["factory"]`` (``"pkg.module:function"``) is called in the replica's
+    process with ``config`` (JSON values) and returns the
+    :class:`~omni_core.stage.worker.WorkerEngine`. ``threads`` pins torch/OpenMP threads,
+    ``env`` is laid over the inherited environment (a PYTHONPATH is prepended), stderr goes to
+    the stage's log, and a replica not ready within ``start_timeout_s`` fails to start."""
+    return engine_process_client(
+        stage, replica, context, config, threads, env=env, start_timeout_s=start_timeout_s
+    )
+
+
+def stage_model(stage: Any) -> str | None:
+    """The model a ``torch`` stage's replicas load (its ``engine_args.model`` resolved: a
+    directory or a hub id), recorded when its first replica was built in this process; None
+    before that or when the stage names no model. ``stage`` is the stage's config, as hooks see
+    it (``pipeline.stages[i]``)."""
+    return _STAGE_MODELS.get(id(stage))
+
+
+def _remember_model(stage: Any, model: str | None) -> None:
+    key = id(stage)
+    if key not in _STAGE_MODELS:
+        weakref.finalize(stage, _STAGE_MODELS.pop, key, None)
+    _STAGE_MODELS[key] = model
+
+
+def make_torch_client(stage: Any, replica: int, context: StageContext) -> ProcessStageClient:
     args = TorchArgs.model_validate(stage.engine_args)
     model = resolve_model(args.model, context.settings.cache_dir) if args.model else None
+    _remember_model(stage, model)
     config = {
         "factory": "omni_core.kinds.torch_kind:build",
         "engine": args.engine,
@@ -132,14 +190,8 @@ def make_torch_client(stage: Any, replica: int, context: StageContext) -> Proces
         "options": args.options,
         "stage_name": stage.name,
     }
-    return engine_process_client(
-        stage,
-        replica,
-        context,
-        config,
-        args.threads,
-        env=args.env,
-        start_timeout_s=args.start_timeout_s,
+    return process_client(
+        stage, replica, context, config, args.threads, args.env, args.start_timeout_s
     )
 
 

@@ -16,6 +16,7 @@ from omni_core.plugin.types import Bridge, ModelSpec, PipelineSpec
 
 if TYPE_CHECKING:
     from pathlib import Path
+    from typing import Any
 
     from omni_core.config.pipeline import PipelineConfig
 
@@ -90,3 +91,12 @@ def omni_register_bridges() -> Iterable[Bridge]:
             "Qwen2.5-Omni thinker outputs (hidden states, prompt and reply ids) -> talker input",
         )
     ]
+
+
+@hookimpl
+def omni_admit_request(request_id: str, prompt: Any, pipeline: Any, params: Any, port: Any) -> None:
+    """An unknown voice is a 400 before the request starts (omni_qwen.voices): called only for
+    the pipelines omni-qwen takes part in (its bridge or ``requires_plugins: [qwen]``)."""
+    from omni_qwen.voices import check_voices
+
+    check_voices(pipeline, params)

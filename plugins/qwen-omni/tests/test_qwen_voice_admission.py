@@ -1,0 +1,85 @@
+"""An unknown voice on ``qwen2.5-omni`` is refused at admission (omni-qwen's
+``omni_admit_request``): a streamed chat gets a 400 naming the voice and the checkpoint's
+speakers before any 200 or event, ``omni run --voice`` exits 2 with that message, and the
+server keeps answering. The speakers are read from ``spk_dict.pt``'s pickle (no tensor loaded)."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import httpx
+import pytest
+from omni_qwen.pipelines import omni_pipeline
+from omni_qwen.voices import checkpoint_voices, speaker_names
+
+from omni_core import OmniSettings
+from omni_core.cli import main
+from omni_core.kinds.torch_kind import stage_model
+from omni_core.testing.server import running_server
+
+CHAT = [{"role": "user", "content": "Hello"}]
+MESSAGE = "unknown voice 'Nobody' (stage 'talker'): this model has Chelsie, Ethan"
+
+
+def test_the_speakers_are_read_from_the_pickle_alone(tiny_qwen, tmp_path):
+    import torch
+
+    assert checkpoint_voices(str(tiny_qwen)) == ("Chelsie", "Ethan")
+    assert set(torch.load(tiny_qwen / "spk_dict.pt", weights_only=True)) == {"Chelsie", "Ethan"}
+    assert checkpoint_voices(str(tmp_path)) is None  # no spk_dict.pt: the stages decide
+    bad = tmp_path / "spk_dict.pt"
+    torch.save({"Zed": torch.zeros(1), "Amy": {"cond": torch.ones(2)}}, bad)
+    assert speaker_names(str(bad)) == ("Amy", "Zed")
+    evil = tmp_path / "evil" / "spk_dict.pt"
+    evil.parent.mkdir()
+    torch.save({"x": Path("/")}, evil)  # a class outside torch: refused, never resolved
+    with pytest.raises(pickle.UnpicklingError, match="pathlib"):
+        speaker_names(str(evil))
+
+
+@pytest.fixture(scope="module")
+def server(tiny_qwen, qwen_cache):
+    settings = OmniSettings(cache_dir=qwen_cache, startup_timeout_s=300.0, shutdown_timeout_s=5)
+    with running_server(omni_pipeline(), settings=settings, entry_points=True) as running:
+        yield running
+
+
+def chat(base: str, voice: str, stream: bool) -> httpx.Response:
+    body = {
+        "model": "qwen2.5-omni",
+        "messages": CHAT,
+        "modalities": ["text", "audio"],
+        "audio": {"voice": voice, "format": "wav"},
+        "max_tokens": 2,
+        "stream": stream,
+    }
+    return httpx.post(f"{base}/v1/chat/completions", json=body, timeout=120)
+
+
+def test_an_unknown_voice_is_a_400_before_the_stream(server, tiny_qwen):
+    base, engine, _ = server
+    talker = next(s for s in engine.pipeline.config.stages if s.name == "talker")
+    assert stage_model(talker) == str(tiny_qwen)  # the checkpoint the talker's replica loads
+    for stream in (True, False):
+        r = chat(base, "Nobody", stream)
+        assert r.status_code == 400 and "text/event-stream" not in r.headers["content-type"]
+        error = r.json()["error"]
+        assert error["message"] == MESSAGE and error["type"] == "invalid_request_error"
+    r = chat(base, "Ethan", stream=True)  # the server still answers, in a voice it has
+    assert r.status_code == 200
+    events = [line for line in r.text.splitlines() if line.startswith("data: ")]
+    assert events[-1] == "data: [DONE]" and '"error"' not in r.text
+    assert any('"audio"' in e for e in events)
+
+
+def test_omni_run_with_an_unknown_voice_exits_2(
+    tiny_qwen, qwen_cache, monkeypatch, capsys, tmp_path
+):
+    monkeypatch.setenv("OMNI_CACHE_DIR", str(qwen_cache))
+    code = main(
+        ["run", "qwen2.5-omni", "--voice", "Nobody", "--max-tokens", "2", "-o", str(tmp_path)]
+    )
+    assert code == 2
+    assert MESSAGE in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []  # nothing was synthesized
