@@ -23,9 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from omni_core.errors import RequestError
-from omni_core.kinds.worker_base import TorchStageEngine
-from omni_core.outputs import StageOutput
-from omni_core.stage.worker import error_output
+from omni_core.kinds.torch_kind import StageOutput, TorchStageEngine, error_output
 from omni_qwen_image.kind import SECTION, DiffusersArgs, DiffusersOptions
 
 logger = logging.getLogger(__name__)
@@ -51,7 +49,7 @@ class DiffusersEngine(TorchStageEngine):
         from diffusers import QwenImagePipeline
         from diffusers.utils import logging as df_logging
 
-        from omni_core.stage.dataplane import default_plane
+        from omni_core.kinds.torch_kind import default_plane
 
         self.args = DiffusersArgs.model_validate(config["args"])
         torch.set_num_threads(self.args.threads)

@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from omni_core.kinds.vllm_kind import engine_process_client
+from omni_core.kinds.torch_kind import process_client, resolve_model
 from omni_core.stage.client import StageContext
 from omni_core.stage.process import ProcessStageClient
 
@@ -96,8 +96,6 @@ def require_diffusers(where: str) -> None:
 
 
 def make_diffusers_client(stage: Any, replica: int, context: StageContext) -> ProcessStageClient:
-    from omni_core.models import resolve_model
-
     require_diffusers(f"stage '{stage.name}' (kind 'diffusers')")
     args = DiffusersArgs.model_validate(stage.engine_args)
     config = {
@@ -105,12 +103,6 @@ def make_diffusers_client(stage: Any, replica: int, context: StageContext) -> Pr
         "model": resolve_model(args.model, context.settings.cache_dir),
         "args": args.model_dump(),
     }
-    return engine_process_client(
-        stage,
-        replica,
-        context,
-        config,
-        args.threads,
-        env=args.env,
-        start_timeout_s=args.start_timeout_s,
+    return process_client(
+        stage, replica, context, config, args.threads, args.env, args.start_timeout_s
     )

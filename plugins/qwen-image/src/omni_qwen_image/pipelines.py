@@ -10,6 +10,7 @@ from omni_qwen_image.build import ENCODER_DIR, PROMPT_TEMPLATE, TEMPLATE_PREFIX_
 
 PIPELINE = "qwen-image"
 MAX_SEQUENCE_LENGTH = 512  # QwenImagePipeline's default max_sequence_length
+DEFAULT_GUIDANCE = 4.0  # QwenImagePipeline's true_cfg_scale
 
 
 def encoder_engine_args(
@@ -33,7 +34,7 @@ def cfg_available() -> bool:
     """Whether omni-cfg is installed and not disabled (its ``cfg:`` section is then known)."""
     if importlib.util.find_spec("omni_cfg") is None:
         return False
-    from omni_core.config.settings import OmniSettings
+    from omni_core import OmniSettings
 
     return "cfg" not in OmniSettings().disable_plugins
 
@@ -42,8 +43,8 @@ def qwen_image_pipeline(
     model: str = "tiny-qwen-image", steps: int = 4, size: int = 32
 ) -> PipelineConfig:
     """Tiny defaults (the tiny model: 32x32, 4 steps). Unguided unless a request asks for
-    guidance (``extra["cfg"]``: ``omni qwen-image generate --negative-prompt ...``);
-    with omni-cfg missing or disabled such a request is refused (400)."""
+    guidance (``extra["cfg"]``: ``omni run qwen-image --negative-prompt ... [--guidance S]``,
+    omni-cfg's flags); with omni-cfg missing or disabled such a request is refused (400)."""
     config: dict[str, Any] = {
         "name": PIPELINE,
         "requires_plugins": ["qwen-image"],
@@ -67,11 +68,12 @@ def qwen_image_pipeline(
         ],
     }
     if cfg_available():
-        # guidance_scale 1: the negative prompt's weight is 0, the image QwenImagePipeline
-        # gives without a negative prompt; a request guides with extra["cfg"] (scale > 1)
+        # as QwenImagePipeline: unguided unless the request asks (a negative prompt or a scale in
+        # extra["cfg"]), then true CFG at its default true_cfg_scale 4 unless the request says
         config["cfg"] = {
             "stage": "dit",
-            "guidance_scale": 1.0,
+            "enabled": False,
+            "guidance_scale": DEFAULT_GUIDANCE,
             "negative_prompt": " ",
             "timeout_s": 60,
         }

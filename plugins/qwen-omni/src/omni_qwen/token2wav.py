@@ -56,9 +56,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from omni_core.errors import ConfigError, OmniError, RequestError
-from omni_core.kinds.worker_base import TorchStageEngine  # omni_core.kinds.torch_kind re-exports it
-from omni_core.outputs import StageOutput
-from omni_core.stage.worker import error_output
+from omni_core.kinds.torch_kind import StageOutput, TorchStageEngine, error_output
 
 logger = logging.getLogger(__name__)
 
@@ -102,7 +100,7 @@ class Token2WavEngine(TorchStageEngine):
     def __init__(self, config: dict[str, Any]) -> None:
         import torch
 
-        from omni_core.stage.dataplane import default_plane
+        from omni_core.kinds.torch_kind import default_plane
 
         try:
             self.options = Token2WavOptions.model_validate(config.get("options") or {})
