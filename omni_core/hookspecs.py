@@ -44,6 +44,7 @@ if TYPE_CHECKING:
         ForwardGate,
         ModelSpec,
         PipelineSpec,
+        RunOption,
         ServerRoute,
         StageKind,
     )
@@ -122,6 +123,21 @@ def omni_register_config_sections() -> Iterable[ConfigSection]:
 @hookspec
 def omni_register_cli_groups() -> Iterable[CliGroup]:
     """Provide typer apps mounted as ``omni NAME``. Fires when the ``omni`` CLI starts."""
+    return ()
+
+
+@hookspec
+def omni_register_run_options() -> Iterable[RunOption]:
+    """Provide flags of ``omni run PIPELINE`` (``--NAME VALUE``), each mapped onto the request's
+    ``params.extra``: a plugin's per-request options by name.
+
+    Fires when ``omni run`` starts (main process, the CLI's thread), before any stage starts.
+    Results of all plugins are merged; a flag provided by two plugins, or named like one of
+    ``omni run``'s own options, is a PluginConflictError naming both (exit 2). ``omni run``
+    accepts a plugin's flags only on the pipelines that plugin takes part in (``omni_applies_to``
+    and the rules of docs/plugins.md); the ``extra`` fields of the flags given are merged, and
+    ``--extra KEY=VALUE`` fields are merged over them.
+    """
     return ()
 
 

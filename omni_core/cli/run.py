@@ -12,7 +12,8 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from omni_core.config.resolve import is_existing_path
+from omni_core.cli import run_options
+from omni_core.config.resolve import is_existing_path, resolve_pipeline
 from omni_core.errors import RequestError
 from omni_core.outputs import OmniRequestOutput
 from omni_core.sampling import SamplingParams
@@ -24,8 +25,18 @@ if TYPE_CHECKING:
 def register(app: typer.Typer, state: CliState) -> None:
     from omni_core.cli.app import BAD_INPUT, fail
 
-    @app.command("run")
+    @app.command(
+        "run",
+        # a pipeline's plugin options (omni_register_run_options) arrive as ctx.args; --help
+        # is ours, to list them
+        context_settings={
+            "allow_extra_args": True,
+            "ignore_unknown_options": True,
+            "help_option_names": [],
+        },
+    )
     def run(
+        ctx: typer.Context,
         pipeline: Annotated[
             str, typer.Argument(help="Pipeline YAML file or registered name.")
         ] = "tiny-omni",
@@ -99,10 +110,33 @@ def register(app: typer.Typer, state: CliState) -> None:
             Literal["local", "ray"] | None,
             typer.Option(help="Stage runtime: 'local' or 'ray' (default: the pipeline's)."),
         ] = None,
+        show_help: Annotated[
+            bool,
+            typer.Option(
+                "--help",
+                help="Show this message and exit; with PIPELINE, also the options its plugins add.",
+            ),
+        ] = False,
     ) -> None:
-        """Run one prompt through a pipeline, streaming its outputs."""
+        """Run one prompt through a pipeline, streaming its outputs.
+
+        Plugins taking part in PIPELINE may add options (omni run PIPELINE --help lists them).
+        """
+        if show_help:
+            print(ctx.get_help())
+            source = ctx.get_parameter_source("pipeline")
+            if getattr(source, "name", None) == "DEFAULT":  # no PIPELINE given
+                print("\nomni run PIPELINE --help also lists the options PIPELINE's plugins add.")
+                raise typer.Exit(0)
+            try:
+                config = _load(pipeline, runtime)
+                resolved = resolve_pipeline(config, state.host)
+                options = run_options.pipeline_options(state.host, resolved, own_flags(ctx))
+            except Exception as exc:
+                raise fail(state, exc) from None
+            print("\n" + run_options.describe(options, config.name))
+            raise typer.Exit(0)
         from omni_core.cli.app import require_pipeline_extras
-        from omni_core.config.resolve import load_pipeline, resolve_pipeline
         from omni_core.engine.factory import create_engine
 
         overrides: dict[str, Any] = {}
@@ -115,18 +149,17 @@ def register(app: typer.Typer, state: CliState) -> None:
         try:
             check_overrides(overrides)  # before any stage starts
             media = media_parts(audio, image, raw)  # files read and checked before anything else
-            target: Any = Path(pipeline) if is_existing_path(pipeline) else pipeline
-            config = load_pipeline(target, state.host)
-            if runtime is not None:
-                config = with_runtime(config, runtime, state.host)
+            config = _load(pipeline, runtime)
             check_voice(voice, config)
             extra = image_extra(config, steps, size)
-            merge_extra(extra, extra_fields or [])
-            if voice is not None:
-                extra["voice"] = voice
             # a missing extra is named before any stage starts
             require_pipeline_extras(config, runtime and f"omni run --runtime {runtime}")
             resolved = resolve_pipeline(config, state.host)
+            options = run_options.pipeline_options(state.host, resolved, own_flags(ctx))
+            run_options.parse_args(list(ctx.args), options, config.name, extra)
+            merge_extra(extra, extra_fields or [])
+            if voice is not None:
+                extra["voice"] = voice
             prompt: Any = prompt_text
             if not raw:  # rendered now: a prompt the first stage cannot take starts no stage
                 prompt = render(resolved, state.settings, prompt_text, system, media).prompt
@@ -158,6 +191,21 @@ def register(app: typer.Typer, state: CliState) -> None:
             raise typer.Exit(BAD_INPUT)
         if final is not None and final.finish_reason in ("error", "abort", "timeout"):
             raise typer.Exit(1)
+
+    def _load(pipeline: str, runtime: str | None) -> Any:
+        """The pipeline's config, ``--runtime`` applied (no stage starts)."""
+        from omni_core.config.resolve import load_pipeline
+
+        target: Any = Path(pipeline) if is_existing_path(pipeline) else pipeline
+        config = load_pipeline(target, state.host)
+        if runtime is not None:
+            config = with_runtime(config, runtime, state.host)
+        return config
+
+
+def own_flags(ctx: typer.Context) -> set[str]:
+    """Every option string of ``omni run`` itself (``--prompt``, ``-p``, ``--help``...)."""
+    return {flag for param in ctx.command.params for flag in (*param.opts, *param.secondary_opts)}
 
 
 def _refused(final: OmniRequestOutput) -> bool:

@@ -24,6 +24,7 @@ from omni_core.plugin.types import (
     ForwardGate,
     ModelSpec,
     PipelineSpec,
+    RunOption,
     ServerRoute,
     StageKind,
 )
@@ -210,6 +211,10 @@ class PluginHost:
         return [
             r for _, (_, r) in self._registered("omni_register_server_routes", ServerRoute).items()
         ]
+
+    def run_options(self) -> dict[str, tuple[str, RunOption]]:
+        """``omni run``'s plugin flags: name (without ``--``) -> (plugin, option)."""
+        return self._registered("omni_register_run_options", RunOption)
 
     def benchmarks(self) -> dict[str, Benchmark]:
         return {

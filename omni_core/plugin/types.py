@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
 _NAME = re.compile(r"^[a-z][a-z0-9_.-]*$")
 _VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")  # part of a directory name
+_FLAG = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")  # a long option's name, without "--"
 
 
 def _check_name(kind: str, name: str) -> None:
@@ -143,6 +144,34 @@ class CliGroup:
 
     def __post_init__(self) -> None:
         _check_name("CLI group", self.name)
+
+
+@dataclass(frozen=True, slots=True)
+class RunOption:
+    """A flag ``--NAME VALUE`` of ``omni run PIPELINE``, accepted on the pipelines its plugin
+    takes part in (a plugin's per-request options by name instead of ``--extra KEY=VALUE``).
+
+    ``parse(text)`` turns the command line's text into the value (``str``, ``int``, ``float`` or
+    any callable; a ValueError or TypeError is exit 2 naming the flag). ``to_extra(value)``
+    returns the fields the flag sets in the request-level ``params.extra`` (every stage's); the
+    mappings of the flags given are merged key by key into nested mappings, and two flags setting
+    one field to different values is exit 2 naming both. ``metavar`` names the value in
+    ``omni run PIPELINE --help``. Both callables run in the ``omni`` process, before any stage
+    starts.
+    """
+
+    name: str
+    to_extra: Callable[[Any], Mapping[str, Any]]
+    help: str = ""
+    parse: Callable[[str], Any] = str
+    metavar: str = "TEXT"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not _FLAG.match(self.name):
+            raise PluginError(
+                f"run option name {self.name!r} is invalid: the flag without '--', lowercase "
+                "words joined by '-' (e.g. 'output-format')"
+            )
 
 
 @dataclass(frozen=True, slots=True)

@@ -126,6 +126,20 @@ async def test_per_request_overrides_and_extra_branches(submitted, make_engine):
     assert_clean(engine)
 
 
+async def test_a_disabled_section_guides_the_requests_that_ask(submitted, make_engine):
+    engine = make_engine(pipeline(extra=", enabled: false"))
+    outs = await collect(engine, "x", request_id="plain")
+    assert outs[-1].payload == {"seen": enc("x")}  # no companion, the plain bridge output
+    assert not any(r.startswith("plain#") for r, _, _ in submitted)
+    # what omni run --negative-prompt ugly sets: the section's scale (3.0) applies
+    outs = await collect(engine, "x", sampling_params=cfg_params(negative_prompt="ugly"))
+    assert outs[-1].payload["seen"]["conditionings"] == [
+        {"tokens": enc("x"), "weight": 3.0},
+        {"tokens": enc("ugly"), "weight": -2.0},
+    ]
+    assert_clean(engine)
+
+
 async def test_admission_is_all_or_nothing_with_one_clear_error(submitted, make_engine):
     engine = make_engine(pipeline())
     for bad in (cfg_params(guidance_scale="big"), cfg_params(companion_params={"max_tokens": 0})):

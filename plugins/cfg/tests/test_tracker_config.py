@@ -144,3 +144,42 @@ def test_installed_distribution_provides_entry_point_cfg():
     host = PluginHost.create(OmniSettings(), load_entry_points=True)
     info = host.pm.plugin_info["cfg"]
     assert (info.distribution, info.builtin) == ("omni-cfg", False)
+
+
+def test_a_disabled_section_guides_only_the_requests_that_ask():
+    section = CfgSection(enabled=False, guidance_scale=4.0, negative_prompt="n")
+    unasked = [{}, {"cfg": {"timeout_s": 5}}, {"cfg": {"companion_params": {"seed": 1}}}]
+    for extra in unasked:
+        assert request_options(section, {0: SamplingParams(extra=extra)}, "r") is None, extra
+    for asked, scale, negative in (
+        ({"negative_prompt": "blurry"}, 4.0, "blurry"),  # the section's scale
+        ({"guidance_scale": 2.0}, 2.0, "n"),  # the section's negative prompt
+        ({"enabled": True}, 4.0, "n"),
+    ):
+        options = request_options(section, {0: SamplingParams(extra={"cfg": asked})}, "r")
+        assert (options.guidance_scale, options.negative_prompt) == (scale, negative), asked
+    off = {"cfg": {"enabled": False, "negative_prompt": "blurry"}}
+    assert request_options(section, {0: SamplingParams(extra=off)}, "r") is None
+
+
+def test_a_disabled_section_naming_a_missing_stage_is_refused(omni_settings):
+    with pytest.raises(ConfigError, match="no stage named 'nope'"):
+        resolve(STAGES + "cfg: {enabled: false, stage: nope}\n", cfg_host(omni_settings))
+
+
+def test_run_options_map_onto_the_requests_override():
+    from omni_cfg.plugin import omni_register_run_options
+
+    options = {o.name: o for o in omni_register_run_options()}
+    assert set(options) == {"negative-prompt", "guidance"}
+    negative, guidance = options["negative-prompt"], options["guidance"]
+    assert negative.to_extra(negative.parse("blurry")) == {"cfg": {"negative_prompt": "blurry"}}
+    assert guidance.to_extra(guidance.parse("4")) == {"cfg": {"guidance_scale": 4.0}}
+    for bad in ("-1", "nan", "inf", "x"):
+        with pytest.raises(ValueError):
+            guidance.parse(bad)
+    # what the flags set is a valid override asking for guidance
+    merged = {"cfg": {"negative_prompt": "blurry", "guidance_scale": 4.0}}
+    section = CfgSection(enabled=False)
+    options_ = request_options(section, {0: SamplingParams(extra=merged)}, "r")
+    assert options_.weights() == (4.0, {"neg": -3.0})

@@ -1,6 +1,6 @@
-"""``omni run qwen-image`` and ``omni qwen-image generate`` as a user runs them (a subprocess): a
-PNG, guidance that changes it, bad input as exit 2 naming the flag or field (a size the VAE
-refuses: test_qwen_image_pipeline)."""
+"""``omni run qwen-image`` as a user runs it (a subprocess): a PNG, guidance (omni-cfg's
+``--negative-prompt`` / ``--guidance``) that changes it, bad input as exit 2 naming the flag or
+field (a size the VAE refuses: test_qwen_image_pipeline)."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def test_run_writes_the_png_and_the_negative_prompt_changes_it(qi_cache, tiny_qi
     )
     assert plain.returncode == 0, plain.stderr[-2000:]
     guided = omni(
-        *("qwen-image", "generate", "--prompt", "a red square", "--seed", "3"),
+        *("run", "qwen-image", "--prompt", "a red square", "--seed", "3"),
         *("--size", "32x32", "--negative-prompt", "blurry", "-o", str(tmp_path / "guided")),
         cache=qi_cache,
     )
@@ -61,15 +61,40 @@ def test_bad_image_flags_exit_2_naming_them(qi_cache, tmp_path):
     assert out.returncode == 2 and "--steps" in out.stderr and "produces no image" in out.stderr
     out = omni("run", "qwen-image", "--extra", "=1", "-o", str(tmp_path), cache=qi_cache)
     assert out.returncode == 2 and "--extra =1" in out.stderr
-    out = omni("qwen-image", "generate", "--prompt", "x", "--guidance", "-1", cache=qi_cache)
-    assert out.returncode == 2 and "--guidance" in out.stderr
+    out = omni("run", "qwen-image", "--prompt", "x", "--guidance", "-1", cache=qi_cache)
+    assert out.returncode == 2 and "--guidance -1: the guidance scale must be" in out.stderr
+    out = omni("run", "qwen-image", "--prompt", "x", "--guidance", "lots", cache=qi_cache)
+    assert out.returncode == 2 and "--guidance lots:" in out.stderr
+
+
+def test_help_lists_omni_cfgs_options_for_qwen_image(qi_cache):
+    out = omni("run", "qwen-image", "--help", cache=qi_cache)
+    assert out.returncode == 0, out.stderr
+    assert "Options of pipeline 'qwen-image' (from its plugins):" in out.stdout
+    assert "--negative-prompt TEXT" in out.stdout and "--guidance FLOAT" in out.stdout
+    out = omni("run", "qwen-image", "--help", cache=qi_cache, env={"OMNI_DISABLE_PLUGINS": "cfg"})
+    assert out.returncode == 0 and "takes no plugin options" in out.stdout
+
+
+def test_guidance_without_omni_cfg_exits_2_naming_the_flag_or_field(qi_cache, tmp_path):
+    without = {"OMNI_DISABLE_PLUGINS": "cfg"}
+    out = omni(
+        *("run", "qwen-image", "--prompt", "a red square", "-o", str(tmp_path)),
+        *("--negative-prompt", "blurry"),
+        cache=qi_cache,
+        env=without,
+    )
+    assert out.returncode == 2 and not list(tmp_path.glob("*.png"))
+    assert "--negative-prompt: no such option of omni run for pipeline 'qwen-image'" in out.stderr
 
 
 @pytest.mark.timeout(600)
-def test_guidance_without_omni_cfg_exits_2_naming_the_field(qi_cache, tiny_qi, tmp_path):
+def test_guidance_through_extra_without_omni_cfg_is_a_400_naming_the_field(
+    qi_cache, tiny_qi, tmp_path
+):
     out = omni(
-        *("qwen-image", "generate", "--prompt", "a red square", "-o", str(tmp_path)),
-        *("--negative-prompt", "blurry"),
+        *("run", "qwen-image", "--prompt", "a red square", "-o", str(tmp_path)),
+        *("--extra", "cfg.negative_prompt=blurry"),
         cache=qi_cache,
         env={"OMNI_DISABLE_PLUGINS": "cfg"},
     )

@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 SECTION = "cfg"  # the pipeline section and the key in SamplingParams.extra
 GUIDED_KIND = "diffusion"  # stage kind guided by default (no ``stage:`` given)
 NEGATIVE = "neg"  # role of the negative-prompt companion
+# override fields that ask for guidance on a pipeline whose section is disabled
+ASKING = frozenset({"guidance_scale", "negative_prompt", "branches"})
 
 
 class Branch(BaseModel):
@@ -36,7 +38,12 @@ class Branch(BaseModel):
 
 
 class CfgSection(BaseModel):
-    """``cfg:`` in a pipeline. Every field may be overridden per request (except ``stage``)."""
+    """``cfg:`` in a pipeline. Every field may be overridden per request (except ``stage``).
+
+    ``enabled: false``: a request is unguided unless it asks for guidance (its override sets
+    ``enabled: true``, or ``guidance_scale``, ``negative_prompt`` or ``branches``); the other
+    fields are then its defaults.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -56,7 +63,7 @@ class CfgSection(BaseModel):
         if dupes:
             raise ValueError(f"branch names must be unique and not '{NEGATIVE}': {dupes}")
         pipeline = (info.context or {}).get("pipeline")
-        if pipeline is not None and self.enabled:
+        if pipeline is not None and (self.enabled or self.stage is not None):
             guided_target(pipeline, self.stage, strict=True)
         return self
 
@@ -147,7 +154,8 @@ def request_options(
         raise CfgError(
             f"request '{request_id}': invalid extra['{SECTION}'] override: {problems}"
         ) from None
-    enabled = section.enabled if override.enabled is None else override.enabled
+    asked = bool(override.model_fields_set & ASKING)  # guidance asked for by its fields
+    enabled = (section.enabled or asked) if override.enabled is None else override.enabled
     if not enabled:
         return None
     options = Options(

@@ -8,13 +8,20 @@ API: the hooks' ``request`` views and ``port``.
 
 from __future__ import annotations
 
+import math
 import weakref
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from omni_cfg.config import SECTION, CfgSection, guided_target
 from omni_core import hookimpl
-from omni_core.plugin.types import Admission, ConfigSection, ForwardGate, PipelineSpec
+from omni_core.plugin.types import (
+    Admission,
+    ConfigSection,
+    ForwardGate,
+    PipelineSpec,
+    RunOption,
+)
 
 if TYPE_CHECKING:
     from omni_cfg.guide import Guide
@@ -32,7 +39,8 @@ _guides: weakref.WeakKeyDictionary[OrchestratorPort, Guide | None] = weakref.Wea
 def guide_of(port: OrchestratorPort) -> Guide | None:
     """The orchestrator's Guide, built on first use; None when its pipeline is not guided.
 
-    A pipeline is guided when its ``cfg:`` section is enabled, or when it has no ``cfg:`` section
+    A pipeline is guided when its ``cfg:`` section resolves a guided stage (an enabled section
+    must; a disabled one guides only the requests that ask), or when it has no ``cfg:`` section
     and one ``diffusion`` stage with one ``on_finish`` input (defaults apply).
     """
     try:
@@ -46,7 +54,7 @@ def guide_of(port: OrchestratorPort) -> Guide | None:
     guide = None
     if section is None or isinstance(section, CfgSection):
         section = section or CfgSection()
-        target = guided_target(config, section.stage, strict=False) if section.enabled else None
+        target = guided_target(config, section.stage, strict=False)
         if target is not None:
             guide = Guide(port, section, target)
     _guides[port] = guide
@@ -76,6 +84,35 @@ def _load_tiny_image_cfg() -> PipelineConfig:
 @hookimpl
 def omni_register_pipelines() -> Iterable[PipelineSpec]:
     return [PipelineSpec("tiny-image-cfg", _load_tiny_image_cfg, "tiny-image, guided (omni-cfg)")]
+
+
+def _guidance(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value) or value < 0:
+        raise ValueError("the guidance scale must be a finite number >= 0")
+    return value
+
+
+@hookimpl
+def omni_register_run_options() -> Iterable[RunOption]:
+    # omni run PIPELINE --negative-prompt TEXT --guidance S: the request's override, on the
+    # pipelines this plugin guides (either one asks for guidance; the other keeps the section's)
+    return [
+        RunOption(
+            "negative-prompt",
+            lambda text: {SECTION: {"negative_prompt": text}},
+            help=f"Guidance's negative prompt (omni-cfg: extra['{SECTION}'].negative_prompt; "
+            "the scale: --guidance, else the pipeline's).",
+        ),
+        RunOption(
+            "guidance",
+            lambda scale: {SECTION: {"guidance_scale": scale}},
+            help=f"Guidance scale >= 0 (omni-cfg: extra['{SECTION}'].guidance_scale; 1: the "
+            "negative prompt has no weight; default: the pipeline's).",
+            parse=_guidance,
+            metavar="FLOAT",
+        ),
+    ]
 
 
 # --- which pipelines it takes part in ----------------------------------------------------------

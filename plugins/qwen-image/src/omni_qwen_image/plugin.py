@@ -12,7 +12,7 @@ from importlib import resources
 from typing import TYPE_CHECKING
 
 from omni_core import hookimpl
-from omni_core.plugin.types import Bridge, CliGroup, ModelSpec, PipelineSpec, StageKind
+from omni_core.plugin.types import Bridge, ModelSpec, PipelineSpec, StageKind
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -99,10 +99,3 @@ def omni_register_pipelines() -> Iterable[PipelineSpec]:
             "(diffusers), a PNG; guidance through omni-cfg",
         )
     ]
-
-
-@hookimpl
-def omni_register_cli_groups() -> Iterable[CliGroup]:
-    from omni_qwen_image.cli import app
-
-    return [CliGroup("qwen-image", app, "Qwen-Image text-to-image (omni-qwen-image).")]

@@ -1,0 +1,125 @@
+"""Plugins' flags of ``omni run PIPELINE`` (``omni_register_run_options``): which a pipeline
+accepts, their ``--help`` listing, and the command line's unknown arguments parsed against them
+into the request-level ``params.extra``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from omni_core.errors import PluginConflictError, PluginError, RequestError
+
+if TYPE_CHECKING:
+    from omni_core.config.resolve import ResolvedPipeline
+    from omni_core.plugin.hooks import PluginHost
+    from omni_core.plugin.types import RunOption
+
+Options = dict[str, tuple[str, "RunOption"]]  # "--flag" -> (plugin, option)
+
+
+def pipeline_options(host: PluginHost, pipeline: ResolvedPipeline, core: set[str]) -> Options:
+    """The flags of the plugins taking part in ``pipeline``, by ``--flag``. Every registered flag
+    is checked first: one named like an ``omni run`` option in ``core`` (or provided by two
+    plugins) is a :class:`PluginConflictError` naming both."""
+    from omni_core.plugin.scope import active_plugins
+
+    registered = host.run_options()
+    for name, (plugin, _) in registered.items():
+        if f"--{name}" in core:
+            raise PluginConflictError(
+                f"RunOption '--{name}' is provided by plugin '{plugin}' and is one of omni run's "
+                "own options (omni-core)"
+            )
+    active = active_plugins(host, pipeline)
+    return {
+        f"--{name}": (plugin, option)
+        for name, (plugin, option) in sorted(registered.items())
+        if plugin in active
+    }
+
+
+def describe(options: Options, pipeline_name: str) -> str:
+    """The ``--help`` section listing a pipeline's plugin flags."""
+    if not options:
+        return f"Pipeline '{pipeline_name}' takes no plugin options."
+    lines = [f"Options of pipeline '{pipeline_name}' (from its plugins):"]
+    for flag, (plugin, option) in options.items():
+        lines.append(f"  {flag} {option.metavar}  {option.help} [{plugin}]".rstrip())
+    return "\n".join(lines)
+
+
+def _unknown(token: str, options: Options, pipeline_name: str) -> RequestError:
+    what = "no such option" if token.startswith("-") else "unexpected argument"
+    known = ", ".join(options) or "none"
+    return RequestError(
+        f"{token}: {what} of omni run for pipeline '{pipeline_name}' (its plugins' options: "
+        f"{known}; a plugin's options exist only where it is installed and takes part; "
+        f"omni run {pipeline_name} --help lists every option)"
+    )
+
+
+def parse_args(
+    args: list[str], options: Options, pipeline_name: str, extra: dict[str, Any]
+) -> None:
+    """``--flag VALUE`` / ``--flag=VALUE`` arguments into ``extra`` (merged key by key).
+
+    An unknown flag or argument, a missing value, a flag given twice, a value its ``parse`` or
+    ``to_extra`` refuses (ValueError/TypeError) and two flags setting one field differently are
+    each a :class:`RequestError` naming the flag(s); anything else an option's callables raise, or
+    a ``to_extra`` that returns no mapping, is a :class:`PluginError` naming the plugin.
+    """
+    given: dict[str, str] = {}
+    index = 0
+    while index < len(args):
+        token = args[index]
+        flag, eq, text = token.partition("=")
+        if flag not in options:
+            raise _unknown(token, options, pipeline_name)
+        if not eq:
+            if index + 1 >= len(args):
+                raise RequestError(f"{flag}: expects a value ({options[flag][1].metavar})")
+            index += 1
+            text = args[index]
+        if flag in given:
+            raise RequestError(f"{flag}: given twice")
+        given[flag] = text
+        index += 1
+    owners: dict[tuple[str, ...], str] = {}  # field path -> the flag that set it
+    for flag, text in given.items():
+        plugin, option = options[flag]
+        try:
+            fragment = option.to_extra(option.parse(text))
+        except (ValueError, TypeError) as exc:
+            raise RequestError(f"{flag} {text}: {exc}") from None
+        except Exception as exc:
+            raise PluginError(
+                f"plugin '{plugin}': option {flag} failed: {type(exc).__name__}: {exc}"
+            ) from exc
+        if not isinstance(fragment, Mapping):
+            raise PluginError(
+                f"plugin '{plugin}': option {flag}'s to_extra returned "
+                f"{type(fragment).__name__}, expected a mapping"
+            )
+        _merge(extra, fragment, (), flag, owners)
+
+
+def _merge(
+    target: dict[str, Any],
+    fragment: Mapping[str, Any],
+    path: tuple[str, ...],
+    flag: str,
+    owners: dict[tuple[str, ...], str],
+) -> None:
+    for key, value in fragment.items():
+        where = (*path, str(key))
+        current = target.get(key)
+        if isinstance(value, Mapping) and (current is None or isinstance(current, dict)):
+            _merge(target.setdefault(key, {}), value, where, flag, owners)
+            continue
+        if key in target and current != value:
+            other = owners.get(where, "omni run's own options")
+            raise RequestError(
+                f"{flag} and {other} set extra field '{'.'.join(where)}' to different values"
+            )
+        target[key] = value
+        owners[where] = flag
