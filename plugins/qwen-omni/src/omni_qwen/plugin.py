@@ -12,7 +12,7 @@ from importlib import resources
 from typing import TYPE_CHECKING
 
 from omni_core import hookimpl
-from omni_core.plugin.types import Bridge, ModelSpec, PipelineSpec
+from omni_core.plugin.types import Benchmark, Bridge, ModelSpec, PipelineSpec
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -89,6 +89,23 @@ def omni_register_bridges() -> Iterable[Bridge]:
             "qwen2.5-omni-talker",
             thinker_to_talker,
             "Qwen2.5-Omni thinker outputs (hidden states, prompt and reply ids) -> talker input",
+        )
+    ]
+
+
+@hookimpl
+def omni_register_benchmarks() -> Iterable[Benchmark]:
+    def run(quick: bool) -> Any:
+        from omni_qwen.bench import bench_qwen_omni
+
+        return bench_qwen_omni(quick)
+
+    return [
+        Benchmark(
+            "qwen-omni",
+            run,
+            "qwen2.5-omni (tiny): time to first audio, stream vs on_finish thinker->talker, "
+            "and the orchestration share of it",
         )
     ]
 
