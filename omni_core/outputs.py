@@ -94,6 +94,15 @@ def join_hidden_states(chunks: Sequence[HiddenStates]) -> dict[str, Any]:
     return {name: np.concatenate(arrays) for name, arrays in parts.items()}
 
 
+class TokenLogprob(msgspec.Struct, array_like=True, gc=False):
+    """One candidate token's log probability at one position (as vLLM's ``Logprob``: the same
+    attribute names): ``rank`` in the vocabulary, ``decoded_token`` its text when known."""
+
+    logprob: float
+    rank: int | None = None
+    decoded_token: str | None = None
+
+
 class StageOutput(msgspec.Struct, kw_only=True, gc=False):
     """One output of a stage replica for one request: a delta, as a streaming engine emits it.
 
@@ -101,7 +110,9 @@ class StageOutput(msgspec.Struct, kw_only=True, gc=False):
     (vLLM's ``RequestOutput``, an audio array, an image ...). ``hidden_states``: the per-token
     states of the positions this output covers (a ``vllm`` stage with ``hidden_states``
     configured; else None). ``error`` set means the request failed in this stage
-    (request-scoped).
+    (request-scoped). ``logprobs``: per new token, candidate token id → :class:`TokenLogprob`
+    (when the request asked for them). ``prompt_token_ids``: the prompt as the engine tokenized
+    it, on a request's first output only (stages that know it: ``vllm``).
 
     Like the other per-token structs here it is not tracked by the cyclic garbage collector
     (``gc=False``: one output per token would otherwise drive most collections); nothing in
@@ -117,6 +128,7 @@ class StageOutput(msgspec.Struct, kw_only=True, gc=False):
     logprobs: list[Any] | None = None
     error: ErrorInfo | None = None
     hidden_states: HiddenStates | None = None
+    prompt_token_ids: list[int] | None = None
 
 
 class StageResult(msgspec.Struct, kw_only=True, gc=False):
@@ -136,6 +148,7 @@ class StageResult(msgspec.Struct, kw_only=True, gc=False):
     hidden_states: Sequence[HiddenStates] = ()  # chunks in order: see join_hidden_states
     finished: bool = False
     finish_reason: str | None = None
+    prompt_token_ids: list[int] | None = None  # the stage's prompt, tokenized (see StageOutput)
 
     def add(self, out: StageOutput) -> None:
         if out.token_ids:
@@ -154,6 +167,8 @@ class StageResult(msgspec.Struct, kw_only=True, gc=False):
                 self.logprobs = [*self.logprobs, *out.logprobs]
         if out.hidden_states is not None:
             self.hidden_states = [*self.hidden_states, out.hidden_states]
+        if out.prompt_token_ids is not None:
+            self.prompt_token_ids = out.prompt_token_ids
         if out.finished:
             self.finished = True
             self.finish_reason = out.finish_reason

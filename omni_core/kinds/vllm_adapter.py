@@ -27,11 +27,50 @@ from vllm.sampling_params import RequestOutputKind
 from vllm.v1.engine import EngineCoreOutputs, EngineCoreRequest
 from vllm.v1.engine.exceptions import EngineDeadError
 
+from omni_core.stage.wire import PayloadCodec, register_codec
+
 SUPPORTED = "0.32"
 if not vllm.__version__.startswith(SUPPORTED):  # pragma: no cover - depends on the install
     raise ImportError(
         f"omni-core's vLLM adapter supports vLLM {SUPPORTED}, found {vllm.__version__}"
     )
+
+
+def _pack_request_output(out: Any) -> Any:
+    """The fields of a ``RequestOutput`` payload that its :class:`~omni_core.outputs.StageOutput`
+    lacks (the prompt's text with the first output only, as its token ids)."""
+    ro = out.payload
+    completion = ro.outputs[0]
+    prompt = ro.prompt if out.prompt_token_ids is not None else None
+    return [prompt, completion.cumulative_logprob, completion.stop_reason, ro.num_cached_tokens]
+
+
+def _unpack_request_output(out: Any, fields: Any, state: dict[str, Any]) -> RequestOutput:
+    """vLLM's ``RequestOutput`` of one output, built in the client (``state``: each request's
+    prompt and prompt ids, from its first output to its last)."""
+    prompt, cumulative, stop_reason, cached = fields
+    rid = out.request_id
+    if out.prompt_token_ids is not None:
+        state[rid] = (prompt, out.prompt_token_ids)
+    prompt, prompt_ids = (
+        state.pop(rid, (None, None)) if out.finished else state.get(rid, (None, None))
+    )
+    completion = CompletionOutput(
+        index=0,
+        text=out.text,
+        token_ids=out.token_ids,
+        cumulative_logprob=cumulative,
+        logprobs=out.logprobs,
+        finish_reason=out.finish_reason,
+        stop_reason=stop_reason,
+    )
+    return RequestOutput(
+        rid, prompt, prompt_ids, None, [completion], out.finished, num_cached_tokens=cached
+    )
+
+
+# vLLM's RequestOutput crosses the stage-process wire as a few plain fields: the client builds it
+register_codec(PayloadCodec(__name__, RequestOutput, _pack_request_output, _unpack_request_output))
 
 __all__ = [
     "CompletionOutput",

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from omni_core.errors import RequestError
-from omni_core.outputs import StageOutput
+from omni_core.outputs import StageOutput, TokenLogprob
 from omni_core.stage.worker import REQUEST_ERRORS, error_output, injected_fault
 
 
@@ -90,6 +90,7 @@ class VllmWorkerEngine:
         self.streamed: dict[str, _Streamed] = {}
         self.sub_owner: dict[str, str] = {}  # chunk generation id -> request id
         self.ready: list[StageOutput] = []
+        self.fresh: set[str] = set()  # requests whose first output (with the prompt ids) is due
         self.faulty: set[str] = set()  # requests whose next step output raises (testing only)
 
     def _warm_up(self) -> None:
@@ -117,6 +118,7 @@ class VllmWorkerEngine:
         else:
             # Nobody reads this stage's deltas before it finished: one output, at the end.
             final_only = not request.stream_outputs
+            self.fresh.add(rid)
             self._add_request(
                 rid,
                 self.va.to_prompt(request.prompt),
@@ -184,6 +186,7 @@ class VllmWorkerEngine:
         ids = list(request_ids)
         for rid in request_ids:
             self.faulty.discard(rid)
+            self.fresh.discard(rid)
             if self.hidden is not None:
                 self.hidden.forget(rid)
             state = self.streamed.pop(rid, None)
@@ -260,6 +263,10 @@ class VllmWorkerEngine:
                     self._next_chunk(owner, state)
             finished, reason, rid = False, None, owner
         hidden = self.hidden.take(rid, finished) if self.hidden is not None else None
+        prompt_ids = None
+        if rid in self.fresh:
+            self.fresh.discard(rid)
+            prompt_ids = list(ro.prompt_token_ids or ())
         outputs.append(
             StageOutput(
                 request_id=rid,
@@ -268,14 +275,26 @@ class VllmWorkerEngine:
                 payload=ro if self.with_payload else None,
                 finished=finished,
                 finish_reason=reason if finished else None,
-                logprobs=list(completion.logprobs) if completion.logprobs else None,
+                logprobs=_logprobs(completion.logprobs) if completion.logprobs else None,
                 hidden_states=hidden,
+                prompt_token_ids=prompt_ids,
             )
         )
         if owner is not None:
             state = self.streamed.get(owner)
             if state is not None:
                 self._maybe_finish(owner, state)
+
+
+def _logprobs(positions: Any) -> list[dict[int, TokenLogprob]]:
+    """vLLM's logprobs (a ``Logprob`` per candidate token per position) as our typed ones."""
+    return [
+        {
+            int(token): TokenLogprob(float(lp.logprob), lp.rank, lp.decoded_token)
+            for token, lp in candidates.items()
+        }
+        for candidates in positions
+    ]
 
 
 def build(config: dict[str, Any]) -> VllmWorkerEngine:

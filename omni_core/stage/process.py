@@ -1,7 +1,8 @@
 """Stage replicas in their own OS process: the parent-side client.
 
 The replica runs ``python -m omni_core.stage.worker`` with one end of a socketpair; frames are
-length-prefixed pickles. The socket is also the replica's lifeline: when the engine's process
+length-prefixed typed msgspec structs (:mod:`omni_core.stage.wire`: no pickle on the per-token
+path). The socket is also the replica's lifeline: when the engine's process
 closes it or dies (SIGTERM, SIGKILL, anything), the worker reads EOF and exits, so no stage
 process outlives its engine. The worker builds its engine with the ``factory`` named in its
 config (``"module:function"``, called with the config dict).
@@ -14,10 +15,8 @@ import importlib
 import itertools
 import json
 import os
-import pickle
 import signal
 import socket
-import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -28,13 +27,19 @@ from omni_core.outputs import StageOutput
 from omni_core.stage.client import StageRequest
 from omni_core.stage.dataplane import SharedMemoryDataPlane, materialize
 from omni_core.stage.local import LocalStageClient
-
-HEADER = struct.Struct("!I")
-
-
-def encode(frame: Any) -> bytes:
-    body = pickle.dumps(frame, protocol=pickle.HIGHEST_PROTOCOL)
-    return HEADER.pack(len(body)) + body
+from omni_core.stage.wire import (
+    HEADER,
+    Ack,
+    Call,
+    Input,
+    Outputs,
+    add_frame,
+    decode_to_parent,
+    encode,
+    pack_any,
+    split,
+    stage_output,
+)
 
 
 class ProcessStageClient(LocalStageClient):
@@ -61,6 +66,7 @@ class ProcessStageClient(LocalStageClient):
         self._calls: dict[int, asyncio.Future[Any]] = {}
         self._ids = itertools.count()
         self._plane = SharedMemoryDataPlane()
+        self._codec_state: dict[str, Any] = {}  # payload codecs' per-request state (wire)
         self.compute_s = 0.0  # engine time the worker reported (steps, requests and inputs)
 
     def worker_spec(self) -> dict[str, Any]:
@@ -120,15 +126,8 @@ class ProcessStageClient(LocalStageClient):
     def _frames(self, buf: bytearray) -> None:
         """Decode every complete frame in ``buf`` (consumed), then hand the outputs over at once:
         called from the socket's ``data_received``, so no task wakes per read."""
-        offset = 0
-        while len(buf) - offset >= HEADER.size:
-            (size,) = HEADER.unpack_from(buf, offset)
-            end = offset + HEADER.size + size
-            if len(buf) < end:
-                break
-            self._on_frame(pickle.loads(buf[offset + HEADER.size : end]))
-            offset = end
-        del buf[:offset]
+        for body in split(buf):
+            self._on_frame(decode_to_parent(body))
         if self._outbox:
             self._hand_over()
 
@@ -150,50 +149,53 @@ class ProcessStageClient(LocalStageClient):
                 fut.set_exception(EngineDeadError(f"{self.label} is dead: {reason}"))
         self._calls.clear()
 
-    def _on_frame(self, frame: tuple[Any, ...]) -> None:
-        kind, *rest = frame
-        if kind == "out":
-            self.compute_s += rest[1]
-            for out in rest[0]:
+    def _on_frame(self, frame: Outputs | Ack) -> None:
+        if type(frame) is Outputs:
+            self.compute_s += frame.compute_s
+            state = self._codec_state
+            for wire in frame.outputs:
+                out = stage_output(wire, state)
                 if out.payload is not None:
                     out.payload = materialize(out.payload, self._plane)
                 if out.hidden_states is not None:
                     materialize(out.hidden_states, self._plane)
                 self._outbox.append(out)
-        elif kind == "ack":
-            call_id, ok, value = rest
-            fut = self._calls.pop(call_id, None)
+        elif type(frame) is Ack:
+            fut = self._calls.pop(frame.call_id, None)
             if fut is not None and not fut.done():
-                if ok:
-                    fut.set_result(value)
+                if frame.ok:
+                    fut.set_result(frame.value)
                 else:
-                    fut.set_exception(_remote_error(*value))
+                    fut.set_exception(_remote_error(*frame.value))
 
-    def _send(self, *frame: Any) -> None:
+    def _send(self, frame: Any) -> None:
         self.check_alive()
         assert self._transport is not None
         self._transport.write(encode(frame))
 
-    async def _call(self, method: str, *args: Any) -> Any:
+    async def _call(self, method: str, ids: list[str] | None = None, args: Any = None) -> Any:
         call_id = next(self._ids)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._calls[call_id] = fut
-        self._send("call", call_id, method, args)
+        self._send(Call(call_id, method, ids, args))
         return await fut
 
     async def add_request(self, request: StageRequest) -> None:
-        self._send("add", request)
+        self._send(add_frame(request))
 
     async def add_input(self, request_id: str, prompt: Any, final: bool) -> None:
-        self._send("input", request_id, prompt, final)
+        self._send(Input(request_id, pack_any(prompt), final))
 
     async def abort(self, request_ids: list[str]) -> None:
-        await self._call("abort", request_ids)
+        for rid in request_ids:  # what payload codecs kept for them (no output follows)
+            self._codec_state.pop(rid, None)
+        await self._call("abort", list(request_ids))
 
     async def collective_rpc(
         self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
-        return await self._call("rpc", method, tuple(args), kwargs)
+        # control RPCs pass arbitrary user objects: their arguments (and results) are pickled
+        return await self._call("rpc", args=pack_any((method, tuple(args), kwargs)))
 
     async def shutdown(self) -> None:
         self._closed = True

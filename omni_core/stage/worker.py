@@ -19,7 +19,6 @@ import importlib
 import json
 import logging
 import os
-import pickle
 import selectors
 import socket
 import sys
@@ -28,7 +27,18 @@ from functools import cache
 from typing import Any, Protocol
 
 from omni_core.outputs import ErrorInfo, StageOutput
-from omni_core.stage.process import HEADER, encode
+from omni_core.stage.wire import (
+    Ack,
+    Add,
+    Call,
+    Input,
+    decode_to_worker,
+    encode,
+    outputs_frame,
+    pack_any,
+    request_of,
+    split,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -199,51 +209,43 @@ def _serve(sock: socket.socket, engine: WorkerEngine) -> int:
             if not data:
                 return 0
             buf += data
-            offset = 0  # frames are consumed by offset: one copy per read, not one per frame
-            while len(buf) - offset >= HEADER.size:
-                (size,) = HEADER.unpack_from(buf, offset)
-                end = offset + HEADER.size + size
-                if len(buf) < end:
-                    break
-                frame = pickle.loads(buf[offset + HEADER.size : end])
-                offset = end
+            for body in split(buf):  # one copy per read, not one per frame
+                frame = decode_to_worker(body)
                 started = time.perf_counter()
                 handle(engine, frame, sock)
-                if frame[0] in ("add", "input"):  # the engine's own input processing
+                if type(frame) is not Call:  # the engine's own input processing
                     compute_s += time.perf_counter() - started
-            del buf[:offset]
             continue
         if engine.has_work() and time.monotonic() >= next_step:
             started = time.perf_counter()
             outs = engine.step()
             compute_s += time.perf_counter() - started
-            if outs:  # with the engine time since the last frame (steps, adds, inputs)
-                sock.sendall(encode(("out", outs, compute_s)))
+            if outs:  # one frame per step, with the engine time since the last frame
+                sock.sendall(encode(outputs_frame(outs, compute_s)))
                 compute_s = 0.0
             if engine.dead:
                 os._exit(17)  # the replica dies abruptly (fault injection)
             next_step = time.monotonic() + engine.step_delay_s
 
 
-def handle(engine: WorkerEngine, frame: tuple[Any, ...], sock: socket.socket) -> None:
-    kind = frame[0]
-    if kind == "add":
-        engine.add(frame[1])
-    elif kind == "input":
-        engine.add_input(frame[1], frame[2], frame[3])
-    elif kind == "call":
-        _, call_id, method, args = frame
+def handle(engine: WorkerEngine, frame: Add | Input | Call, sock: socket.socket) -> None:
+    if type(frame) is Add:
+        engine.add(request_of(frame))
+    elif type(frame) is Input:
+        engine.add_input(frame.request_id, frame.prompt, frame.final)
+    elif type(frame) is Call:
         try:
-            if method == "ping":
+            if frame.method == "ping":
                 value: Any = os.getpid()
-            elif method == "abort":
-                engine.abort(args[0])
+            elif frame.method == "abort":
+                engine.abort(frame.ids or [])
                 value = None
             else:
-                value = engine.rpc(args[0], tuple(args[1]), args[2])
-            sock.sendall(encode(("ack", call_id, True, value)))
+                method, args, kwargs = frame.args
+                value = pack_any(engine.rpc(method, tuple(args), kwargs))
+            sock.sendall(encode(Ack(frame.call_id, True, value)))
         except Exception as exc:
-            sock.sendall(encode(("ack", call_id, False, (type(exc).__name__, str(exc)))))
+            sock.sendall(encode(Ack(frame.call_id, False, [type(exc).__name__, str(exc)])))
         if engine.dead:
             os._exit(17)
 

@@ -11,6 +11,7 @@ import pytest
 from omni_core import AsyncOmniEngine, OmniSettings, PipelineConfig, RpcError
 from omni_core.plugin.hooks import PluginHost
 from omni_core.stage.process import ProcessStageClient
+from omni_core.stage.wire import Outputs
 from tests.helpers import expected_tokens
 
 PAIR = PipelineConfig.from_yaml_text("""
@@ -125,8 +126,8 @@ def test_a_stage_whose_deltas_nobody_reads_sends_one_output_with_all_of_them(eng
     on_frame = ProcessStageClient._on_frame
 
     def counting(self, frame):
-        if frame[0] == "out":
-            frames.append(len(frame[1]))
+        if isinstance(frame, Outputs):
+            frames.append(len(frame.outputs))
         on_frame(self, frame)
 
     monkeypatch.setattr(ProcessStageClient, "_on_frame", counting)

@@ -4,7 +4,7 @@ steps), and what an undecodable frame does."""
 
 from __future__ import annotations
 
-from omni_core.stage.process import HEADER
+from omni_core.stage.wire import HEADER
 from tests.helpers import collect
 
 
@@ -33,7 +33,7 @@ stages:
     await gen.__anext__()
     reader = client._transport.get_protocol()
     loop = engine._runtime.orchestrator.loop
-    loop.call_soon_threadsafe(reader.data_received, HEADER.pack(3) + b"xyz")  # not a pickle
+    loop.call_soon_threadsafe(reader.data_received, HEADER.pack(3) + b"xyz")  # not a frame
     rest = [o async for o in gen]
     assert rest[-1].finished and rest[-1].error.type == "ReplicaDeadError"
     assert "undecodable frame" in rest[-1].error.message

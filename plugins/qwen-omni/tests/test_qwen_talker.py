@@ -160,9 +160,14 @@ def test_the_bridge_hands_over_whole_or_delta_by_delta():
 
 def test_the_bridge_says_what_the_thinker_lacks():
     whole = StageResult(stage_id=0, stage_name="thinker")
-    whole.add(thinker_output(0, 3, [100]))  # no RequestOutput payload: no prompt ids
-    with pytest.raises(ValueError, match="request_output_payload"):
+    whole.add(thinker_output(0, 3, [100]))  # no prompt ids (first output, payload): refused
+    with pytest.raises(ValueError, match="prompt token ids"):
         thinker_to_talker([whole], "x", GREEDY)
+    first = thinker_output(0, 3, [100])
+    first.prompt_token_ids = [4, 5, 6]  # as a vllm stage's first output carries them
+    carried = StageResult(stage_id=0, stage_name="thinker")
+    carried.add(first)
+    assert thinker_to_talker([carried], "x", GREEDY)["prompt_ids"] == [4, 5, 6]
     out = thinker_output(0, 3, [100], SimpleNamespace(prompt_token_ids=[1, 2, 3]))
     assert out.hidden_states is not None
     del out.hidden_states.layers["final"]

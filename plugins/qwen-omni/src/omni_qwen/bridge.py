@@ -10,10 +10,9 @@ each buffered delta of the thinker's outputs: its first call opens the talker's 
 prompt's rows, ``gen[0]``, the prompt ids), each later call's dict goes to the talker through
 ``add_input``. It keeps no state: each call gets only what arrived since the last one.
 
-The prompt's token ids come from the thinker's outputs' payload (vLLM's ``RequestOutput``
-carries ``prompt_token_ids``: the thinker must be a final-output stage, whose outputs carry it,
-with ``request_output_payload`` on, its default). Images' sizes come from the request's own
-prompt (``multi_modal_data["image"]``).
+The prompt's token ids come with the thinker's first output (``StageResult.prompt_token_ids``,
+which a ``vllm`` stage always sets); failing that, from a ``RequestOutput`` payload. Images'
+sizes come from the request's own prompt (``multi_modal_data["image"]``).
 """
 
 from __future__ import annotations
@@ -67,13 +66,15 @@ def _concat(chunks: Any) -> tuple[int, dict[str, Any]]:
 
 
 def _prompt_ids(thinker: StageResult) -> list[int]:
+    if thinker.prompt_token_ids:
+        return list(thinker.prompt_token_ids)
     for payload in thinker.payloads:
         ids = getattr(payload, "prompt_token_ids", None)
         if ids:
             return list(ids)
     raise ValueError(
-        "the talker needs the thinker's prompt token ids, which reach it in vLLM's "
-        "RequestOutput: make the thinker a final-output stage with request_output_payload on"
+        "the talker needs the thinker's prompt token ids, which a vllm stage sends with its "
+        "first output: is the thinker a vllm stage?"
     )
 
 

@@ -1,0 +1,153 @@
+"""The stage-process wire: typed frames, no pickle on the per-token path, arrays as handles or
+raw bytes, pickle only for what no type describes (and where the docs say)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import numpy as np
+import pytest
+
+from omni_core.outputs import ErrorInfo, HiddenStates, StageOutput, TokenLogprob
+from omni_core.sampling import SamplingParams
+from omni_core.stage import wire
+from omni_core.stage.client import StageRequest
+from omni_core.stage.dataplane import TensorHandle
+
+
+def raw_frame(data: bytes) -> tuple[str, set[int]]:
+    """A frame's tag and the extension codes inside it, read without the typed decoder."""
+    codes: set[int] = set()
+
+    def hook(code: int, _: memoryview) -> None:
+        codes.add(code)
+
+    body = wire.split(bytearray(data))
+    assert len(body) == 1
+    decoded: Any = msgspec.msgpack.Decoder(ext_hook=hook).decode(body[0])
+    return decoded[0], codes
+
+
+def per_token_outputs() -> list[StageOutput]:
+    lp = {5: TokenLogprob(-0.25, 1, "a"), 9: TokenLogprob(-1.5, 2, None)}
+    hidden = HiddenStates(
+        3,
+        {
+            "final": np.arange(8, dtype=np.float32).reshape(2, 4),
+            "embeddings": TensorHandle("omni-x", (2, 4), "float32"),
+        },
+    )
+    return [
+        StageOutput(request_id="a", token_ids=[5], text="a", prompt_token_ids=[1, 2, 3]),
+        StageOutput(request_id="b", token_ids=[7, 8], text="bc", logprobs=[lp, lp]),
+        StageOutput(request_id="c", token_ids=[9], hidden_states=hidden),
+        StageOutput(request_id="d", finished=True, finish_reason="stop"),
+        StageOutput(
+            request_id="e",
+            finished=True,
+            finish_reason="error",
+            error=ErrorInfo(type="ValueError", message="bad", status_code=400),
+        ),
+    ]
+
+
+def test_one_step_of_token_outputs_is_one_frame_without_pickle_and_round_trips():
+    outs = per_token_outputs()
+    data = wire.encode(wire.outputs_frame(outs, 0.5))
+    tag, codes = raw_frame(data)
+    assert tag == "out"
+    assert wire.EXT_PICKLE not in codes
+    assert codes == {wire.EXT_ARRAY, wire.EXT_HANDLE}  # the hidden states' two layers
+    (body,) = wire.split(bytearray(data))
+    frame = wire.decode_to_parent(body)
+    assert isinstance(frame, wire.Outputs) and frame.compute_s == 0.5
+    back = [wire.stage_output(w, {}) for w in frame.outputs]
+    assert [o.request_id for o in back] == ["a", "b", "c", "d", "e"]
+    assert back[0].prompt_token_ids == [1, 2, 3] and back[1].prompt_token_ids is None
+    assert back[1].token_ids == [7, 8] and back[1].text == "bc"
+    assert back[1].logprobs is not None and back[1].logprobs[1][9] == TokenLogprob(-1.5, 2, None)
+    assert back[1].logprobs[0][5].logprob == -0.25  # vLLM's Logprob attribute names
+    states = back[2].hidden_states
+    assert states is not None and states.start == 3
+    assert states.layers["final"].tolist() == np.arange(8).reshape(2, 4).tolist()
+    assert states.layers["final"].dtype == np.float32
+    assert states.layers["embeddings"] == TensorHandle("omni-x", (2, 4), "float32")
+    assert back[3].finished and back[3].finish_reason == "stop" and back[3].token_ids == []
+    assert back[4].error == outs[4].error
+
+
+def test_requests_and_stream_inputs_are_typed_and_user_extras_are_the_pickled_part():
+    params = SamplingParams(max_tokens=4, temperature=0.5, stop=["x"])
+    request = StageRequest(request_id="r", prompt=[1, 2], params=params, streaming_input=True)
+    data = wire.encode(wire.add_frame(request))
+    assert raw_frame(data) == ("add", set())
+    (body,) = wire.split(bytearray(data))
+    back = wire.request_of(wire.decode_to_worker(body))  # type: ignore[arg-type]
+    assert back == request
+    assert raw_frame(wire.encode(wire.Input("r", wire.pack_any("more text"), False))) == (
+        "input",
+        set(),
+    )
+    # arbitrary user values (SamplingParams.extra, a multimodal prompt dict) are pickled
+    rich = StageRequest(
+        request_id="r",
+        prompt={"prompt": "hi", "multi_modal_data": {"audio": (np.zeros(3), 16000)}},
+        params=SamplingParams(extra={"vllm": {"ignore_eos": True}, "t": (1, 2)}),
+    )
+    data = wire.encode(wire.add_frame(rich))
+    assert raw_frame(data) == ("add", {wire.EXT_PICKLE})
+    (body,) = wire.split(bytearray(data))
+    back = wire.request_of(wire.decode_to_worker(body))  # type: ignore[arg-type]
+    assert back.params.extra == {"vllm": {"ignore_eos": True}, "t": (1, 2)}
+    assert back.prompt["multi_modal_data"]["audio"][1] == 16000
+
+
+def test_frames_split_across_reads_wait_for_their_last_byte():
+    data = wire.encode(wire.outputs_frame(per_token_outputs(), 0.0)) * 2
+    buf = bytearray(data[:10])
+    assert wire.split(buf) == [] and len(buf) == 10
+    buf += data[10 : len(data) - 1]
+    assert len(wire.split(buf)) == 1  # the second frame lacks its last byte
+    buf += data[-1:]
+    assert len(wire.split(buf)) == 1 and not buf
+
+
+def test_an_unknown_extension_code_is_a_decode_error():
+    frame = wire.Ack(1, True, msgspec.msgpack.Ext(9, b""))
+    (body,) = wire.split(bytearray(wire.encode(frame)))
+    with pytest.raises(ValueError, match="unknown extension code 9"):
+        wire.decode_to_parent(body)
+
+
+class Point:
+    def __init__(self, x: int) -> None:
+        self.x = x
+
+
+def codec_pack(out: StageOutput) -> Any:
+    return [out.payload.x, out.prompt_token_ids is not None]
+
+
+def codec_unpack(out: StageOutput, fields: Any, state: dict[str, Any]) -> Any:
+    if fields[1]:
+        state[out.request_id] = "first"
+    return (fields[0], state.get(out.request_id))
+
+
+def test_a_payload_codec_sends_fields_and_the_client_rebuilds_the_payload():
+    wire.register_codec(wire.PayloadCodec(__name__, Point, codec_pack, codec_unpack))
+    outs = [
+        StageOutput(request_id="r", token_ids=[1], payload=Point(4), prompt_token_ids=[9]),
+        StageOutput(request_id="r", token_ids=[2], payload=Point(5)),
+    ]
+    data = wire.encode(wire.outputs_frame(outs, 0.0))
+    assert raw_frame(data) == ("out", set())
+    (body,) = wire.split(bytearray(data))
+    frame = wire.decode_to_parent(body)
+    assert isinstance(frame, wire.Outputs)
+    state: dict[str, Any] = {}
+    assert [wire.stage_output(w, state).payload for w in frame.outputs] == [
+        (4, "first"),
+        (5, "first"),
+    ]
