@@ -21,6 +21,8 @@ from omni_core.sampling import SamplingParams
 if TYPE_CHECKING:
     from omni_core.cli.app import CliState
 
+CORE_DEFAULT = "tiny-omni"  # omni run's pipeline when no plugin marks one default
+
 
 def register(app: typer.Typer, state: CliState) -> None:
     from omni_core.cli.app import BAD_INPUT, fail
@@ -38,8 +40,13 @@ def register(app: typer.Typer, state: CliState) -> None:
     def run(
         ctx: typer.Context,
         pipeline: Annotated[
-            str, typer.Argument(help="Pipeline YAML file or registered name.")
-        ] = "tiny-omni",
+            str | None,
+            typer.Argument(
+                help="Pipeline YAML file or registered name (default: the registered pipeline "
+                f"a plugin marks as the default, else {CORE_DEFAULT}).",
+                show_default=False,
+            ),
+        ] = None,
         prompt_text: Annotated[
             str, typer.Option("--prompt", "-p", help="The prompt text.")
         ] = "Hello omni world",
@@ -192,15 +199,31 @@ def register(app: typer.Typer, state: CliState) -> None:
         if final is not None and final.finish_reason in ("error", "abort", "timeout"):
             raise typer.Exit(1)
 
-    def _load(pipeline: str, runtime: str | None) -> Any:
+    def _load(pipeline: str | None, runtime: str | None) -> Any:
         """The pipeline's config, ``--runtime`` applied (no stage starts)."""
         from omni_core.config.resolve import load_pipeline
 
+        if pipeline is None:
+            pipeline = default_pipeline(state.host)
         target: Any = Path(pipeline) if is_existing_path(pipeline) else pipeline
         config = load_pipeline(target, state.host)
         if runtime is not None:
             config = with_runtime(config, runtime, state.host)
         return config
+
+
+def default_pipeline(host: Any) -> str:
+    """``omni run``'s pipeline when none is named: the registered pipeline a plugin marks
+    ``default`` (PipelineSpec.default), else the core's :data:`CORE_DEFAULT`. Two marked: a
+    ConfigError naming them (name one)."""
+    from omni_core.errors import ConfigError
+
+    marked = sorted(name for name, spec in host.pipelines().items() if spec.default)
+    if len(marked) > 1:
+        raise ConfigError(
+            [f"omni run: pipelines {', '.join(marked)} are each marked default: name one"]
+        )
+    return marked[0] if marked else CORE_DEFAULT
 
 
 def own_flags(ctx: typer.Context) -> set[str]:
@@ -255,9 +278,9 @@ def media_parts(audio: Path | None, image: Path | None, raw: bool) -> list[tuple
 
 
 def image_extra(config: Any, steps: int | None, size: str | None) -> dict[str, Any]:
-    """``--steps`` / ``--size`` as request-level ``extra`` of the image stages: ``diffusers``
-    (steps, height, width: omni-qwen-image's kind) and ``diffusion`` (steps). They need a
-    pipeline with a final image output; a bad ``--size`` names the flag."""
+    """``--steps`` / ``--size`` as request-level ``extra`` of the image stage: ``diffusers``
+    (steps, height, width: omni-qwen-image's kind). They need a pipeline with a final image
+    output; a bad ``--size`` names the flag."""
     flags = [flag for flag, value in (("--steps", steps), ("--size", size)) if value is not None]
     if not flags:
         return {}
@@ -267,7 +290,6 @@ def image_extra(config: Any, steps: int | None, size: str | None) -> dict[str, A
     diffusers: dict[str, Any] = {}
     if steps is not None:
         diffusers["steps"] = steps
-        extra["diffusion"] = {"steps": steps}
     if size is not None:
         width, _, height = size.lower().partition("x")
         if not (width.isdigit() and height.isdigit()):

@@ -76,11 +76,15 @@ class Bridge:
 
 @dataclass(frozen=True, slots=True)
 class PipelineSpec:
-    """A named pipeline (``omni run NAME``). ``load()`` returns its :class:`PipelineConfig`."""
+    """A named pipeline (``omni run NAME``). ``load()`` returns its :class:`PipelineConfig`.
+
+    ``default``: ``omni run`` with no PIPELINE runs this one (the core's own default, tiny-omni,
+    when no registered pipeline is marked; two marked: ``omni run`` asks for a name)."""
 
     name: str
     load: Callable[[], PipelineConfig]
     description: str = ""
+    default: bool = False
 
     def __post_init__(self) -> None:
         _check_name("pipeline", self.name)

@@ -76,6 +76,7 @@ def omni_register_pipelines() -> Iterable[PipelineSpec]:
             omni,
             "Qwen2.5-Omni (tiny-qwen2.5-omni): thinker on vLLM -> talker -> token2wav; "
             "text/audio/image in, text and 24 kHz speech out",
+            default=True,  # omni run with no PIPELINE (docs/models.md: the main job)
         ),
     ]
 
