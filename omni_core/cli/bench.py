@@ -12,7 +12,7 @@ from rich.table import Table
 if TYPE_CHECKING:
     from omni_core.cli.app import CliState
 
-ALL = ("hop", "throughput", "idle", "scaling", "chaos", "vllm", "plugins")
+ALL = ("hop", "throughput", "idle", "scaling", "chaos", "vllm", "pipeline", "plugins")
 DEFAULT = ("hop", "throughput", "idle", "scaling", "chaos")
 # Plugins add more through ``omni_register_benchmarks``; those run only when named (like vllm).
 
@@ -73,6 +73,10 @@ def register(app: typer.Typer, state: CliState) -> None:
                     from omni_core.bench.vllm import bench_vllm
 
                     rows.extend(bench_vllm(quick))
+                elif name == "pipeline":
+                    from omni_core.bench.pipeline import bench_pipeline
+
+                    rows.extend(bench_pipeline(quick))
                 elif name in registered:
                     rows.extend(registered[name].run(quick))
                 else:

@@ -1,0 +1,235 @@
+"""``omni bench pipeline``: tiny-omni (thinker → talker on vLLM → vocoder) under closed-loop
+concurrency against a hand-wired chain of the same three engines (:mod:`omni_core.bench.chain`),
+in the same run.
+
+Every request asks for exactly 24 thinker and 12 talker tokens (``ignore_eos``), so both sides
+do the same work; the check is that every request of both got the whole audio (12 codes' worth of
+samples). Figures per concurrency C: requests/s and p50/p99 time to first audio, omni-core with
+``on_finish`` edges against the chain (which forwards on finish too); with ``stream`` edges
+(outside ``--quick``) against the same chain. Then the CPU of every process of each pipeline over
+an idle second with no request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from omni_core.bench.orchestration import CheckFailed, Row
+from omni_core.config.pipeline import PipelineConfig
+from omni_core.config.settings import OmniSettings
+from omni_core.engine.async_engine import AsyncOmniEngine
+from omni_core.plugin.hooks import PluginHost
+
+LEVELS = (1, 8, 32)
+THINKER_TOKENS, TALKER_TOKENS = 24, 12
+ENGINE_ARGS = {  # the vllm kind's defaults, for the chain
+    "max_model_len": 512,
+    "max_num_seqs": 64,
+    "kv_cache_memory_bytes": 64 << 20,
+    "dtype": "float32",
+    "seed": 0,
+}
+PARAMS = {
+    "thinker": {
+        "max_tokens": THINKER_TOKENS,
+        "temperature": 0.8,
+        "seed": 0,
+        "extra": {"vllm": {"ignore_eos": True}},
+    },
+    "talker": {
+        "max_tokens": TALKER_TOKENS,
+        "temperature": 0.8,
+        "seed": 0,
+        "extra": {"vllm": {"ignore_eos": True}},
+    },
+}
+
+Run = Callable[[int], Awaitable[tuple[float, int]]]  # request i → (time to first audio, samples)
+
+
+def prompt(i: int) -> list[int]:
+    return [10 + (i * 7 + k) % 50 for k in range(8)]
+
+
+async def closed_loop(run: Run, concurrency: int, total: int) -> tuple[float, list[float]]:
+    """``concurrency`` clients, each sending its next request when its last one finished, until
+    ``total`` requests ran: (requests/s, every request's time to first audio)."""
+    next_id = iter(range(total))
+    firsts: list[float] = []
+    samples: set[int] = set()
+
+    async def client() -> None:
+        for i in next_id:
+            first, n = await run(i)
+            firsts.append(first)
+            samples.add(n)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(client() for _ in range(concurrency)))
+    wall = time.perf_counter() - start
+    if len(firsts) != total or len(samples) != 1:
+        raise CheckFailed(f"{len(firsts)}/{total} requests done, audio lengths {sorted(samples)}")
+    return total / wall, firsts
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def cpu_s(pids: list[int]) -> float:
+    """CPU time of these processes' threads, from each thread's ``schedstat`` (nanoseconds:
+    ``stat``'s 10 ms clock ticks are too coarse for an idle second)."""
+    total = 0
+    for pid in pids:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                    total += int(f.read().split()[0])
+            except (OSError, ValueError, IndexError):  # a thread that just ended
+                continue
+    return total / 1e9
+
+
+def idle_share(pids: list[int], seconds: float) -> float:
+    """Share of one core all ``pids`` used over ``seconds`` with nothing to do."""
+    before = cpu_s(pids)
+    time.sleep(seconds)
+    return (cpu_s(pids) - before) / seconds
+
+
+def _tiny_omni(mode: str) -> PipelineConfig:
+    from importlib import resources
+
+    text = resources.files("omni_core.pipelines").joinpath("tiny-omni.yaml").read_text()
+    if mode == "on_finish":
+        text = text.replace("mode: stream, chunk: 8", "mode: on_finish").replace(
+            "mode: stream, chunk: 6", "mode: on_finish"
+        )
+    return PipelineConfig.from_yaml_text(text, source=f"<tiny-omni {mode}>")
+
+
+def _omni_run(engine: AsyncOmniEngine) -> Run:
+    async def run(i: int) -> tuple[float, int]:
+        start = time.perf_counter()
+        first, samples = 0.0, 0
+        async for out in engine.generate(prompt(i), sampling_params=PARAMS):
+            if out.output_type == "audio" and out.payload is not None:
+                if not samples:
+                    first = time.perf_counter() - start
+                samples += len(out.payload.samples)
+        return first, samples
+
+    return run
+
+
+def _omni_pids(engine: AsyncOmniEngine) -> list[int]:
+    pools = engine._runtime.orchestrator.pools  # type: ignore[union-attr]
+    pids = [getattr(c, "pid", None) for p in pools.values() for c in p.clients]
+    return [os.getpid(), *(pid for pid in pids if pid is not None)]
+
+
+def _measure(
+    run: Run, levels: tuple[int, ...], quick: bool
+) -> dict[int, tuple[float, list[float]]]:
+    asyncio.run(closed_loop(run, 1, 1))  # warm-up
+    results = {}
+    for c in levels:
+        total = max(2, c) if quick else max(8, 3 * c)
+        results[c] = asyncio.run(closed_loop(run, c, total))
+    return results
+
+
+def _omni(mode: str, settings: OmniSettings, quick: bool, idle_s: float) -> tuple[Any, float]:
+    engine = AsyncOmniEngine(
+        _tiny_omni(mode),
+        settings=settings,
+        plugins=PluginHost.create(settings, load_entry_points=False),
+    )
+    try:
+        results = _measure(_omni_run(engine), LEVELS, quick)
+        idle = idle_share(_omni_pids(engine), idle_s)
+    finally:
+        engine.shutdown()
+    return results, idle
+
+
+def _chain(settings: OmniSettings, quick: bool, idle_s: float) -> tuple[Any, float]:
+    from omni_core.bench.chain import HandChain
+    from omni_core.models import ensure_model
+
+    models = [str(ensure_model(m, settings.cache_dir)) for m in ("tiny-thinker", "tiny-talker")]
+    vocoder = str(ensure_model("tiny-vocoder", settings.cache_dir))
+    chain = HandChain(models[0], models[1], vocoder, ENGINE_ARGS)
+    try:
+
+        async def run(i: int) -> tuple[float, int]:
+            start = time.perf_counter()
+            audio = await chain.run(f"r{i}-{time.perf_counter_ns()}", prompt(i))
+            return time.perf_counter() - start, len(audio)
+
+        results = _measure(run, LEVELS, quick)
+        idle = idle_share([os.getpid(), *chain.pids], idle_s)
+    finally:
+        chain.close()
+    return results, idle
+
+
+def bench_pipeline(quick: bool) -> list[Row]:
+    settings = OmniSettings()
+    idle_s = 1.0 if quick else 3.0
+    chain, chain_idle = _chain(settings, quick, idle_s)
+    modes = ("on_finish",) if quick else ("on_finish", "stream")
+    omni = {mode: _omni(mode, settings, quick, idle_s) for mode in modes}
+    rows = []
+    for c in LEVELS:
+        base_rate, base_firsts = chain[c]
+        rows.append(Row("pipeline", f"C={c} hand-wired chain", "requests/s", base_rate, "req/s"))
+        for q, name in ((0.5, "p50"), (0.99, "p99")):
+            rows.append(
+                Row(
+                    "pipeline",
+                    f"C={c} hand-wired chain",
+                    f"{name} time to first audio",
+                    percentile(base_firsts, q) * 1e3,
+                    "ms",
+                )
+            )
+        for mode in modes:
+            rate, firsts = omni[mode][0][c]
+            case = f"C={c} omni-core {mode}"
+            rows.append(
+                Row("pipeline", case, "requests/s", rate, "req/s", base_rate, "hand-wired chain")
+            )
+            for q, name in ((0.5, "p50"), (0.99, "p99")):
+                base = percentile(base_firsts, q) * 1e3
+                value = percentile(firsts, q) * 1e3  # ratio < 1: omni-core's audio is earlier
+                rows.append(
+                    Row(
+                        "pipeline",
+                        case,
+                        f"{name} time to first audio",
+                        value,
+                        "ms",
+                        base,
+                        "hand-wired chain",
+                    )
+                )
+    rows.append(
+        Row("pipeline", "idle, all processes", "hand-wired chain", chain_idle * 100, "% core")
+    )
+    for mode in modes:
+        rows.append(
+            Row(
+                "pipeline",
+                "idle, all processes",
+                f"omni-core {mode}",
+                omni[mode][1] * 100,
+                "% core",
+            )
+        )
+    return rows

@@ -1,0 +1,54 @@
+"""``omni bench pipeline``'s measuring parts: the closed loop, its correctness check, percentiles
+and the CPU of idle processes (the engines themselves run in the benchmark, not here)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+import pytest
+
+from omni_core.bench.orchestration import CheckFailed
+from omni_core.bench.pipeline import closed_loop, cpu_s, percentile
+
+
+def test_the_closed_loop_keeps_concurrency_clients_busy_until_total_requests_ran():
+    in_flight, peak, seen = 0, 0, []
+
+    async def run(i: int) -> tuple[float, int]:
+        nonlocal in_flight, peak
+        in_flight += 1
+        peak = max(peak, in_flight)
+        await asyncio.sleep(0.001)
+        in_flight -= 1
+        seen.append(i)
+        return 0.001 * (i + 1), 240
+
+    rate, firsts = asyncio.run(closed_loop(run, 4, 10))
+    assert sorted(seen) == list(range(10)) and peak == 4
+    assert sorted(firsts) == [0.001 * (i + 1) for i in range(10)]
+    assert rate > 0
+
+
+def test_the_closed_loop_fails_when_a_request_lacks_audio():
+    async def run(i: int) -> tuple[float, int]:
+        return 0.01, 0 if i == 3 else 240  # request 3's audio is missing
+
+    with pytest.raises(CheckFailed, match="audio lengths"):
+        asyncio.run(closed_loop(run, 2, 5))
+
+
+def test_percentiles_are_values_of_the_sample():
+    values = [float(v) for v in range(1, 101)]
+    assert percentile(values, 0.5) == 51.0  # the nearest rank
+    assert percentile(values, 0.99) == 99.0
+    assert percentile([3.0], 0.99) == 3.0
+
+
+def test_cpu_of_a_busy_process_counts_its_threads_time():
+    before = cpu_s([os.getpid()])
+    end = time.perf_counter() + 0.05
+    while time.perf_counter() < end:
+        pass
+    assert cpu_s([os.getpid()]) - before >= 0.03
