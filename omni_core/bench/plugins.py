@@ -1,5 +1,5 @@
 """``omni bench plugins``: what the installed plugins (the ``omni_core.plugins`` entry points,
-e.g. omni-cfg) cost pipelines that do not use them. Plugins take part only in the pipelines that
+e.g. the guidance plugin) cost pipelines that do not use them. Plugins take part only in the pipelines that
 use them (``omni_core.plugin.scope``), so the goal is the same streamed stages and
 a throughput ratio of at least 0.98.
 
