@@ -1,7 +1,7 @@
-"""``omni bench plugins``: what the installed plugins (the ``omni_core.plugins`` entry points,
-e.g. the guidance plugin) cost pipelines that do not use them. Plugins take part only in the pipelines that
-use them (``omni_core.plugin.scope``), so the goal is the same streamed stages and
-a throughput ratio of at least 0.98.
+"""``omni bench plugins``: what the installed plugins (the ``omni_core.plugins`` entry points)
+cost pipelines that do not use them. Plugins take part only in the pipelines that use them
+(``omni_core.plugin.scope``), so the goal is the same streamed stages and a throughput ratio of
+at least 0.98.
 
 Two loads on the fake engine (``bench-fake``), each run by three engines in one process, measured
 in alternating rounds: no plugin loaded from entry points (the baseline), every installed plugin
