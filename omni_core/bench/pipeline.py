@@ -5,9 +5,11 @@ in the same run.
 Every request asks for exactly 24 thinker and 12 talker tokens (``ignore_eos``), so both sides
 do the same work; the check is that every request of both got the whole audio (12 codes' worth of
 samples). Figures per concurrency C: requests/s and p50/p99 time to first audio, omni-core with
-``on_finish`` edges against the chain (which forwards on finish too); with ``stream`` edges
-(outside ``--quick``) against the same chain. Then the CPU of every process of each pipeline over
-an idle second with no request.
+``on_finish`` edges against the chain (which forwards on finish too); outside ``--quick`` also
+with ``on_finish`` edges and no text output (``audio only``: like the chain, which streams no
+text to its caller) and with ``stream`` edges. Then the CPU of every process of each pipeline
+over idle seconds with no request. First, the per-output cost of the stage-process wire
+(:mod:`omni_core.bench.wire_cost`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from omni_core.bench.orchestration import CheckFailed, Row
+from omni_core.bench.wire_cost import wire_rows
 from omni_core.config.pipeline import PipelineConfig
 from omni_core.config.settings import OmniSettings
 from omni_core.engine.async_engine import AsyncOmniEngine
@@ -103,13 +106,17 @@ def idle_share(pids: list[int], seconds: float) -> float:
 
 
 def _tiny_omni(mode: str) -> PipelineConfig:
+    """tiny-omni as shipped (``stream``), with ``on_finish`` edges, or with ``on_finish`` edges
+    and no text output (``audio only``: the thinker's deltas go nowhere, as in the chain)."""
     from importlib import resources
 
     text = resources.files("omni_core.pipelines").joinpath("tiny-omni.yaml").read_text()
-    if mode == "on_finish":
+    if mode != "stream":
         text = text.replace("mode: stream, chunk: 8", "mode: on_finish").replace(
             "mode: stream, chunk: 6", "mode: on_finish"
         )
+    if mode == "audio only":
+        text = text.replace("    final_output: true\n    final_output_type: text\n", "", 1)
     return PipelineConfig.from_yaml_text(text, source=f"<tiny-omni {mode}>")
 
 
@@ -183,9 +190,9 @@ def bench_pipeline(quick: bool) -> list[Row]:
     settings = OmniSettings()
     idle_s = 1.0 if quick else 3.0
     chain, chain_idle = _chain(settings, quick, idle_s)
-    modes = ("on_finish",) if quick else ("on_finish", "stream")
+    modes = ("on_finish",) if quick else ("on_finish", "audio only", "stream")
     omni = {mode: _omni(mode, settings, quick, idle_s) for mode in modes}
-    rows = []
+    rows = wire_rows(quick)
     for c in LEVELS:
         base_rate, base_firsts = chain[c]
         rows.append(Row("pipeline", f"C={c} hand-wired chain", "requests/s", base_rate, "req/s"))

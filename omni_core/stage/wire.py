@@ -202,32 +202,31 @@ def encode(frame: msgspec.Struct) -> bytes:
     return HEADER.pack(len(body)) + body
 
 
-def decode_to_worker(body: bytes | memoryview) -> Add | Input | Call:
+def decode_to_worker(body: bytes | bytearray | memoryview) -> Add | Input | Call:
     return _TO_WORKER.decode(body)
 
 
-def decode_to_parent(body: bytes | memoryview) -> Outputs | Ack:
+def decode_to_parent(body: bytes | bytearray | memoryview) -> Outputs | Ack:
     return _TO_PARENT.decode(body)
 
 
-def split(buf: bytearray) -> list[memoryview]:
-    """The bodies of every complete frame at the start of ``buf``; removes them from ``buf``
-    (the views stay valid: they hold a copy)."""
+def split(buf: bytearray) -> list[bytearray]:
+    """The bodies of every complete frame at the start of ``buf`` (copies); removes them from
+    ``buf``, leaving an incomplete frame's bytes for the next read."""
     offset = 0
-    end_all = 0
-    spans: list[tuple[int, int]] = []
-    while len(buf) - offset >= HEADER.size:
-        (size,) = HEADER.unpack_from(buf, offset)
+    bodies = []
+    size_all = len(buf)
+    unpack = HEADER.unpack_from
+    while size_all - offset >= HEADER.size:
+        (size,) = unpack(buf, offset)
         end = offset + HEADER.size + size
-        if len(buf) < end:
+        if size_all < end:
             break
-        spans.append((offset + HEADER.size, end))
-        offset = end_all = end
-    if not spans:
-        return []
-    data = memoryview(bytes(buf[:end_all]))
-    del buf[:end_all]
-    return [data[start:end] for start, end in spans]
+        bodies.append(buf[offset + HEADER.size : end])
+        offset = end
+    if offset:
+        del buf[:offset]
+    return bodies
 
 
 # --- requests -----------------------------------------------------------------------------------

@@ -1,0 +1,84 @@
+"""The per-output cost of the stage-process wire (``omni bench pipeline``'s first rows): one
+vLLM token output (with its ``RequestOutput`` payload) from a worker's ``step()`` to the client's
+:class:`~omni_core.outputs.StageOutput`, through a socketpair in this thread, against a bare
+socketpair round of the same bytes (the floor: no encoding at all) and against the former wire
+(length-prefixed pickle of the output and its payload)."""
+
+from __future__ import annotations
+
+import pickle
+import socket
+import time
+from typing import Any
+
+from omni_core.bench.orchestration import CheckFailed, Row
+from omni_core.outputs import StageOutput
+from omni_core.stage import wire
+
+
+def _outputs(n: int) -> list[StageOutput]:
+    from omni_core.kinds import vllm_adapter as va
+
+    outs = []
+    for i in range(n):
+        completion = va.CompletionOutput(
+            index=0, text=" tok", token_ids=[100 + i], cumulative_logprob=None, logprobs=None
+        )
+        ro = va.RequestOutput(f"req-{i}", None, list(range(24)), None, [completion], False)
+        outs.append(
+            StageOutput(request_id=f"req-{i}", token_ids=[100 + i], text=" tok", payload=ro)
+        )
+    return outs
+
+
+def _per_output_s(rounds: int, once: Any) -> float:
+    once()
+    start = time.perf_counter()
+    for _ in range(rounds):
+        once()
+    return (time.perf_counter() - start) / rounds
+
+
+def wire_rows(quick: bool) -> list[Row]:
+    rounds = 2000 if quick else 20000
+    out = _outputs(1)
+    a, b = socket.socketpair()
+    try:
+        state: dict[str, Any] = {}
+        buf = bytearray()
+
+        def typed() -> None:
+            a.sendall(wire.encode(wire.outputs_frame(out, 0.0)))
+            buf.extend(b.recv(1 << 16))
+            for body in wire.split(buf):
+                frame = wire.decode_to_parent(body)
+                assert isinstance(frame, wire.Outputs)
+                for item in frame.outputs:
+                    got = wire.stage_output(item, state)
+            if got.payload is None:
+                raise CheckFailed("the RequestOutput payload was not rebuilt")
+
+        data = wire.encode(wire.outputs_frame(out, 0.0))
+
+        def bare() -> None:
+            a.sendall(data)
+            b.recv(1 << 16)
+
+        def pickled() -> None:
+            body = pickle.dumps(("out", out, 0.0), protocol=pickle.HIGHEST_PROTOCOL)
+            a.sendall(wire.HEADER.pack(len(body)) + body)
+            got = b.recv(1 << 16)
+            pickle.loads(got[wire.HEADER.size :])
+
+        t_typed = _per_output_s(rounds, typed)
+        t_bare = _per_output_s(rounds, bare)
+        t_pickle = _per_output_s(rounds, pickled)
+    finally:
+        a.close()
+        b.close()
+    case = f"one vLLM token output ({len(data)} B frame)"
+    return [
+        Row("pipeline", case, "bare socketpair round", t_bare * 1e6, "µs"),
+        Row("pipeline", case, "typed wire", t_typed * 1e6, "µs", t_bare * 1e6, "bare socketpair"),
+        Row("pipeline", case, "former pickle wire", t_pickle * 1e6, "µs", t_typed * 1e6, "typed"),
+    ]
