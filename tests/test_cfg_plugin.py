@@ -1,7 +1,8 @@
 """Runs the omni-cfg plugin's own tests (plugins/cfg/tests) in this suite (scripted stages).
 
-The plugin is installed in the dev environment (setup.sh: ``pip install -e plugins/cfg``); its
-real-engine test runs from tests/kinds/test_cfg_tiny_image.py.
+The plugin is installed in the dev environment (setup.sh: ``pip install -e plugins/cfg``); on
+real engines it guides omni-qwen-image's qwen-image (plugins/qwen-image/tests: parity with
+diffusers' QwenImagePipeline guided, and omni run qwen-image --negative-prompt).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What the torch stage engines (``vocoder``, ``diffusion``) share in their stage process."""
+"""What the torch stage engines (``vocoder``, ``torch``) share in their stage process."""
 
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-MODELS = ("tiny-thinker", "tiny-talker", "tiny-vocoder", "tiny-denoiser")  # the core's own
+MODELS = ("tiny-thinker", "tiny-talker", "tiny-vocoder")  # the core's own
 VERSION = "v1"  # of the core's own
 
 

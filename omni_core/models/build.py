@@ -3,7 +3,6 @@
 Llama-style thinker and talker: byte-level BPE tokenizer (vocab 2048) trained on a built-in
 corpus, hidden 64, 2 layers, 4 heads with head_dim 32 (vLLM's CPU attention needs >= 32),
 ``initializer_range`` 0.25 so outputs depend on the prompt. Vocoder: codec tokens → waveform.
-Denoiser: a small conditional noise predictor for a 16x16 RGB latent.
 """
 
 from __future__ import annotations
@@ -32,7 +31,7 @@ WORDS = (
     "red green blue yellow black white orange purple cat dog bird fish tree river mountain sea "
     "square circle image sound voice music picture light dark bright soft loud quiet "
 ).split()
-SEEDS = {"tiny-thinker": 0, "tiny-talker": 1, "tiny-vocoder": 2, "tiny-denoiser": 3}
+SEEDS = {"tiny-thinker": 0, "tiny-talker": 1, "tiny-vocoder": 2}
 
 
 def corpus() -> list[str]:
@@ -124,21 +123,6 @@ def build_vocoder(out: Path, seed: int) -> None:
     _save_torch(out, {"freqs": freqs, "amps": amps}, config)
 
 
-def build_denoiser(out: Path, seed: int) -> None:
-    """A conditional noise predictor: eps = tanh(W2 · relu(W1 · [x, cond, t]))."""
-    import torch
-
-    config = {"latent": [3, 16, 16], "cond_dim": 32, "hidden": 256, "vocab": VOCAB, "upscale": 4}
-    gen = torch.Generator().manual_seed(seed)
-    n = 3 * 16 * 16
-    tensors = {
-        "embed": torch.randn(VOCAB, 32, generator=gen),
-        "w1": torch.randn(256, n + 32 + 1, generator=gen) / (n + 33) ** 0.5,
-        "w2": torch.randn(n, 256, generator=gen) / 16.0,
-    }
-    _save_torch(out, tensors, config)
-
-
 def build_model(name: str, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     seed = SEEDS[name]
@@ -146,7 +130,5 @@ def build_model(name: str, out: Path) -> None:
         build_llama(out, seed)
     elif name == "tiny-vocoder":
         build_vocoder(out, seed)
-    elif name == "tiny-denoiser":
-        build_denoiser(out, seed)
     else:  # pragma: no cover - guarded by ensure_model
         raise ValueError(name)

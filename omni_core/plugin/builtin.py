@@ -18,7 +18,6 @@ OMNI_PLUGIN_API_VERSION = PLUGIN_API_VERSION
 
 @hookimpl
 def omni_register_stage_kinds() -> Iterable[StageKind]:
-    from omni_core.kinds.diffusion import DiffusionArgs, make_diffusion_client
     from omni_core.kinds.torch_kind import TorchArgs, make_torch_client
     from omni_core.kinds.vllm_kind import VllmArgs, make_vllm_client, vllm_renderer
     from omni_core.kinds.vocoder import VocoderArgs, make_vocoder_client
@@ -39,13 +38,6 @@ def omni_register_stage_kinds() -> Iterable[StageKind]:
             renderer=vllm_renderer,
         ),
         StageKind("vocoder", make_vocoder_client, VocoderArgs, "codec tokens to audio chunks"),
-        StageKind(
-            "diffusion",
-            make_diffusion_client,
-            DiffusionArgs,
-            "denoising loop over a torch model (weighted conditionings)",
-            output_mode="whole",
-        ),
         StageKind(
             "torch",
             make_torch_client,
@@ -76,7 +68,6 @@ _MODEL_DESCRIPTIONS = {
     "tiny-thinker": "tiny Llama-style text LM (random weights; vllm kind)",
     "tiny-talker": "tiny Llama-style codec LM (random weights; vllm kind)",
     "tiny-vocoder": "codec tokens to sinusoid audio (vocoder kind)",
-    "tiny-denoiser": "tiny conditional noise predictor (diffusion kind)",
 }
 
 
@@ -110,4 +101,4 @@ def _packaged(name: str) -> PipelineSpec:
 
 @hookimpl
 def omni_register_pipelines() -> Iterable[PipelineSpec]:
-    return [_packaged(name) for name in ("scripted-chain", "tiny-omni", "tiny-image")]
+    return [_packaged(name) for name in ("scripted-chain", "tiny-omni")]

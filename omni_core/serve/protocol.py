@@ -233,8 +233,8 @@ class ImageRequest(_Body):
 
     def stage_extra(self) -> dict[str, Any]:
         """Request-level ``extra`` of every stage: the body's ``extra``, with ``size``,
-        ``num_inference_steps`` and ``seed`` for the image stages (``diffusers``: width, height,
-        steps, seed; ``diffusion``: steps)."""
+        ``num_inference_steps`` and ``seed`` for the image stage (``diffusers``: width, height,
+        steps, seed)."""
         out: dict[str, Any] = dict(self.extra or {})
         image: dict[str, Any] = {}
         if self.size is not None:
@@ -244,7 +244,6 @@ class ImageRequest(_Body):
             image.update(width=int(width), height=int(height))
         if self.num_inference_steps is not None:
             image["steps"] = self.num_inference_steps
-            out["diffusion"] = {**_mapping(out.get("diffusion")), "steps": image["steps"]}
         if self.seed is not None:
             image["seed"] = self.seed
         if image:

@@ -3,7 +3,7 @@
 Two ways to host a replica:
 
 * ``worker``: the stage's :class:`~omni_core.stage.worker.WorkerEngine` (what a process replica
-  runs: ``vllm``, ``vocoder``, ``diffusion``, ``scripted``, plugin kinds with process clients),
+  runs: ``vllm``, ``vocoder``, ``torch``, ``scripted``, plugin kinds with process clients),
   built and called on one dedicated thread, stepped while it has work.
 * ``client``: any other kind (``python``, in-process plugin kinds): the kind's own client,
   built by its ``client_factory`` inside the actor, on the actor's event loop.

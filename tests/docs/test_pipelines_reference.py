@@ -76,7 +76,7 @@ def section(reference: str, heading: str) -> str:
 
 def test_every_kind_lists_each_engine_arg_with_its_default(reference):
     kinds = core_host().stage_kinds()
-    assert {"python", "scripted", "vllm", "vocoder", "diffusion"} <= set(kinds)
+    assert {"python", "scripted", "vllm", "vocoder", "torch"} <= set(kinds)
     for name, kind in kinds.items():
         text = section(reference, f"### kind: {name}")
         for field, info in kind.config_model.model_fields.items():

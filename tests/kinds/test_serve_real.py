@@ -1,4 +1,5 @@
-"""``omni serve`` on the real tiny pipelines: chat with audio (plain and streamed), images."""
+"""``omni serve`` on the real tiny pipelines: chat with audio (plain and streamed); images from
+a python image stage."""
 
 from __future__ import annotations
 
@@ -60,13 +61,29 @@ def test_streamed_chat_with_audio_sends_pcm16_deltas(omni_server):
     assert text and len(pcm) > 0 and len(pcm) % 640 == 0  # whole 320-sample codec frames
 
 
+def draw(prompt, params):
+    """An image stage (the real one, qwen-image, is omni-qwen-image's: its serve test)."""
+    import numpy as np
+
+    from omni_core.media import Image
+
+    return Image(np.full((8, 12, 3), len(prompt), dtype=np.uint8))
+
+
+IMAGE_PIPELINE = f"""
+name: drawn
+stages:
+  - {{id: 0, name: draw, kind: python, engine_args: {{callable: "{__name__}:draw"}},
+     final_output: true, final_output_type: image}}
+"""
+
+
 def test_images_generations_b64_png():
-    with running_server("tiny-image") as (base, _, _):
+    with running_server(IMAGE_PIPELINE) as (base, _, _):
         c = openai.OpenAI(base_url=f"{base}/v1", api_key="x", max_retries=0)
-        result = c.images.generate(
-            model="tiny-image", prompt="a red square", response_format="b64_json"
-        )
+        result = c.images.generate(model="drawn", prompt="a red square", response_format="b64_json")
         png = base64.b64decode(result.data[0].b64_json)
         assert png[:8] == b"\x89PNG\r\n\x1a\n"
+        assert struct.unpack("!II", png[16:24]) == (12, 8)  # width, height
         with pytest.raises(openai.BadRequestError, match="response_format"):
-            c.images.generate(model="tiny-image", prompt="x", response_format="url")
+            c.images.generate(model="drawn", prompt="x", response_format="url")

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import importlib.metadata as md
+import types
 
 import omni_cfg.plugin as cfg_plugin
 import pytest
 from omni_cfg.config import CfgSection, guided_target, request_options
 from omni_cfg.errors import CfgError
 from omni_cfg.tracker import Bundle, Tracker
+from pydantic import BaseModel, ConfigDict
 
-from omni_core import OmniSettings, PluginHost
+from omni_core import PLUGIN_API_VERSION, OmniSettings, PluginHost, hookimpl
 from omni_core.config.pipeline import PipelineConfig
 from omni_core.config.resolve import resolve_pipeline
 from omni_core.errors import ConfigError, OmniError
+from omni_core.plugin.types import StageKind
 from omni_core.sampling import SamplingParams
 
 
@@ -60,12 +63,24 @@ STAGES = """
 name: g
 stages:
   - {id: 0, name: enc, kind: scripted}
-  - {id: 1, name: dit, kind: diffusion, inputs: [0], final_output: true, final_output_type: image}
+  - {id: 1, name: dit, kind: diffusers, inputs: [0], final_output: true, final_output_type: image}
 """
 
 
+class AnyArgs(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+# the image kind omni-cfg guides by default (omni-qwen-image's, here only resolved, never run)
+image_kind = types.ModuleType("cfg_test_image_kind")
+image_kind.OMNI_PLUGIN_API_VERSION = PLUGIN_API_VERSION
+image_kind.omni_register_stage_kinds = hookimpl(
+    lambda: [StageKind("diffusers", lambda *args: None, AnyArgs, output_mode="whole")]
+)
+
+
 def cfg_host(settings, with_cfg=True):
-    extra = [("cfg", cfg_plugin)] if with_cfg else []
+    extra = [("image", image_kind)] + ([("cfg", cfg_plugin)] if with_cfg else [])
     return PluginHost.create(settings, load_entry_points=False, extra_plugins=extra)
 
 
@@ -97,12 +112,11 @@ def test_core_rejects_the_section_without_the_plugin_naming_it(omni_settings):
         resolve(STAGES + "cfg: {}\n", cfg_host(omni_settings, with_cfg=False))
 
 
-def test_requires_plugins_fails_at_start_up_when_disabled(monkeypatch, omni_settings):
-    from importlib import resources
-
+def test_requires_plugins_fails_at_start_up_when_disabled(monkeypatch, omni_settings, tmp_path):
     from omni_core.engine.factory import create_engine
 
-    path = resources.files("omni_cfg.pipelines").joinpath("tiny-image-cfg.yaml")
+    path = tmp_path / "guided.yaml"
+    path.write_text(STAGES.replace("diffusers", "scripted") + "requires_plugins: [cfg]\n")
     monkeypatch.setenv("OMNI_DISABLE_PLUGINS", "cfg")
     settings = OmniSettings()
     host = PluginHost.create(settings)  # the installed entry points, minus the disabled one
@@ -112,15 +126,16 @@ def test_requires_plugins_fails_at_start_up_when_disabled(monkeypatch, omni_sett
     assert "field 'requires_plugins': plugin 'cfg' is not installed or disabled" in str(info.value)
 
 
-def test_auto_target_and_named_pipeline(omni_settings):
+def test_auto_target(omni_settings):
     config = PipelineConfig.from_yaml_text(STAGES)
     target = guided_target(config, None, strict=False)
     assert (target.stage, target.source) == (1, 0)
-    unguided = PipelineConfig.from_yaml_text(STAGES.replace("kind: diffusion", "kind: scripted"))
+    unguided = PipelineConfig.from_yaml_text(STAGES.replace("kind: diffusers", "kind: scripted"))
     assert guided_target(unguided, None, strict=False) is None
-    named = resolve_pipeline("tiny-image-cfg", cfg_host(omni_settings))
-    assert named.sections["cfg"].negative_prompt == "blurry, low quality"
-    assert named.config.requires_plugins == ["cfg"]
+    host = cfg_host(omni_settings)
+    assert "cfg" in host.for_pipeline(resolve(STAGES, host)).active  # omni_applies_to: yes
+    plain = resolve(STAGES.replace("diffusers", "scripted"), host)
+    assert "cfg" not in host.for_pipeline(plain).active
 
 
 def test_overrides_weights_and_errors():

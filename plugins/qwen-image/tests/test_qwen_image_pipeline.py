@@ -30,7 +30,8 @@ SIZE, STEPS = 32, 4
 @pytest.fixture(scope="module")
 def engine(qi_cache, tiny_qi):
     data = qwen_image_pipeline().model_dump(mode="json", exclude_none=True)
-    assert data["cfg"]["guidance_scale"] == 1.0  # unguided unless a request asks
+    # unguided unless a request asks, then QwenImagePipeline's true_cfg_scale unless it says
+    assert data["cfg"]["enabled"] is False and data["cfg"]["guidance_scale"] == 4.0
     encoder = data["stages"][0]
     encoder.update(final_output=True, final_output_type="latent")  # its states visible here
     settings = OmniSettings(cache_dir=qi_cache, startup_timeout_s=300.0)
@@ -87,7 +88,7 @@ async def test_encoder_states_equal_encode_prompt(engine, pipe):
 
 
 async def test_unguided_and_guided_images_equal_the_pipeline(engine, pipe):
-    guided_params = {"cfg": {"enabled": True, "negative_prompt": "blurry", "guidance_scale": 4.0}}
+    guided_params = {"cfg": {"negative_prompt": "blurry"}}  # what omni run --negative-prompt sets
     plain_out, guided_out = await asyncio.gather(
         run(engine, "a red square", "image"),
         run(engine, "a red square", "image", extra=guided_params),

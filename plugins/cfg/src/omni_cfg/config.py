@@ -21,7 +21,8 @@ if TYPE_CHECKING:
     from omni_core.sampling import SamplingParams
 
 SECTION = "cfg"  # the pipeline section and the key in SamplingParams.extra
-GUIDED_KIND = "diffusion"  # stage kind guided by default (no ``stage:`` given)
+# the stage kind guided by default (no ``stage:`` given): omni-qwen-image's diffusers kind
+GUIDED_KIND = "diffusers"
 NEGATIVE = "neg"  # role of the negative-prompt companion
 # override fields that ask for guidance on a pipeline whose section is disabled
 ASKING = frozenset({"guidance_scale", "negative_prompt", "branches"})
@@ -93,7 +94,7 @@ class Target:
 def guided_target(
     pipeline: PipelineConfig, stage_name: str | None, *, strict: bool
 ) -> Target | None:
-    """The stage to guide: ``stage_name``, else the pipeline's only ``diffusion`` stage.
+    """The stage to guide: ``stage_name``, else the pipeline's only ``diffusers`` stage.
 
     It must have exactly one ``on_finish`` input. ``strict``: a problem raises ValueError (the
     section asked for guidance); otherwise the pipeline is just not guided.

@@ -19,14 +19,12 @@ from omni_core.plugin.types import (
     Admission,
     ConfigSection,
     ForwardGate,
-    PipelineSpec,
     RunOption,
 )
 
 if TYPE_CHECKING:
     from omni_cfg.guide import Guide
     from omni_cfg.tracker import Tracker
-    from omni_core.config.pipeline import PipelineConfig
     from omni_core.outputs import ErrorInfo, StageOutput
     from omni_core.sampling import SamplingParams
     from omni_core.views import OrchestratorPort, PipelineView, RequestView
@@ -41,7 +39,9 @@ def guide_of(port: OrchestratorPort) -> Guide | None:
 
     A pipeline is guided when its ``cfg:`` section resolves a guided stage (an enabled section
     must; a disabled one guides only the requests that ask), or when it has no ``cfg:`` section
-    and one ``diffusion`` stage with one ``on_finish`` input (defaults apply).
+    and one ``diffusers`` stage with one ``on_finish`` input: then the section's defaults apply,
+    disabled (only the requests that ask are guided, as ``QwenImagePipeline`` guides only with a
+    negative prompt).
     """
     try:
         return _guides[port]
@@ -53,7 +53,7 @@ def guide_of(port: OrchestratorPort) -> Guide | None:
     section = port.pipeline.sections.get(SECTION)
     guide = None
     if section is None or isinstance(section, CfgSection):
-        section = section or CfgSection()
+        section = section or CfgSection(enabled=False)
         target = guided_target(config, section.stage, strict=False)
         if target is not None:
             guide = Guide(port, section, target)
@@ -70,20 +70,6 @@ def tracker_of(port: OrchestratorPort) -> Tracker | None:
 @hookimpl
 def omni_register_config_sections() -> Iterable[ConfigSection]:
     return [ConfigSection(SECTION, CfgSection, "classifier-free guidance (omni-cfg)")]
-
-
-def _load_tiny_image_cfg() -> PipelineConfig:
-    from importlib import resources
-
-    from omni_core.config.pipeline import PipelineConfig
-
-    text = resources.files("omni_cfg.pipelines").joinpath("tiny-image-cfg.yaml").read_text()
-    return PipelineConfig.from_yaml_text(text, source="<pipeline tiny-image-cfg>")
-
-
-@hookimpl
-def omni_register_pipelines() -> Iterable[PipelineSpec]:
-    return [PipelineSpec("tiny-image-cfg", _load_tiny_image_cfg, "tiny-image, guided (omni-cfg)")]
 
 
 def _guidance(text: str) -> float:
@@ -118,8 +104,8 @@ def omni_register_run_options() -> Iterable[RunOption]:
 # --- which pipelines it takes part in ----------------------------------------------------------
 @hookimpl
 def omni_applies_to(pipeline: PipelineView) -> bool:
-    # Asked only for pipelines without a cfg: section (those use the plugin anyway): guided by
-    # default when they have one diffusion stage with one on_finish input.
+    # Asked only for pipelines without a cfg: section (those use the plugin anyway): guided
+    # (the requests that ask) when they have one diffusers stage with one on_finish input.
     return guided_target(pipeline.config, None, strict=False) is not None
 
 
