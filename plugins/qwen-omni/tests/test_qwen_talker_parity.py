@@ -39,8 +39,8 @@ from omni_core.sampling import SamplingParams
 
 THINKER_TOKENS = 12
 TALKER_TOKENS = 40  # the tiny talker never stops by itself
-# max abs, relative to the reference's peak: the random BigVGAN's output peaks at ~4e-7, so an
-# absolute 1e-3 would accept any waveform (measured: bitwise equal)
+# max abs, relative to the reference's peak (~0.44 on tiny v2; v1's random BigVGAN peaked at ~4e-7,
+# where an absolute 1e-3 would accept any waveform); measured: bitwise equal
 WAVE_TOLERANCE = 1e-3
 LOGIT_TOLERANCE = 1e-5  # max abs over every step's logits, float32, same inputs (measured: 0)
 SEED = 0

@@ -1,8 +1,9 @@
 """The token2wav stage engine (``omni_qwen.token2wav``) against transformers' token2wav.
 
 Parity: max |Δ| ≤ 1e-3 · max |reference| over the waveform (observed: bitwise equal; same weights,
-ops and noise). Relative to the peak because the tiny checkpoint's random BigVGAN outputs waveforms
-peaking at ~4e-7, so an absolute 1e-3 would hold for any two of them. "Different" means
+ops and noise). Relative to the peak: the tiny checkpoint's waveform peaks at ~0.44 (v2 scales its
+random BigVGAN's last layer to be audible; v1's peaked at ~4e-7, where an absolute 1e-3 would hold
+for any two waveforms), and the bound must not depend on that scale. "Different" means
 max |Δ| > 10 · 1e-3 · peak, ten times the parity tolerance (the tiny vocoder mutes its input:
 another voice moves the waveform by ~2 % of its peak and the mel by 10 %; another seed by ~40 %).
 The engine is driven in-process through its WorkerEngine protocol, and in a real process replica
@@ -106,7 +107,7 @@ def test_waveform_equals_transformers_token2wav(engine, hf):
     assert torch.equal(torch.get_rng_state(), rng)  # the process's own RNG is left as it was
     ref = reference(hf, CODES, 7, "Chelsie")
     assert ours.dtype == np.float32 and ours.shape == (len(CODES) * SAMPLES_PER_CODE,)
-    assert np.isfinite(ours).all() and np.abs(ours).max() > 0  # a signal, not silence
+    assert np.isfinite(ours).all() and 0.05 <= np.abs(ours).max() <= 0.9  # audible, unclipped
     assert close(ours, ref)
     assert close(voice(engine, CODES, seed=7, voice="Ethan"), reference(hf, CODES, 7, "Ethan"))
 

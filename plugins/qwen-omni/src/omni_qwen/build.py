@@ -325,6 +325,9 @@ def check_config(config: Any) -> None:
         raise ValueError(f"tiny-qwen2.5-omni config inconsistent: {'; '.join(bad)}")
 
 
+VOICE_GAIN = 1e6  # token2wav's waveform scale (randomize)
+
+
 def randomize(model: Any) -> None:
     """Re-draw the matrices from a seeded generator at scales where greedy output depends on the
     prompt (with the default std 0.02 it falls into a short cycle at once)."""
@@ -345,6 +348,9 @@ def randomize(model: Any) -> None:
             if std is not None:
                 param.copy_(torch.randn(param.shape, generator=gen) * std)
         model.talker.codec_head.weight.mul_(10.0)
+        # BigVGAN's last layer (conv_post: linear, no bias, then a clamp to [-1, 1]) scaled so the
+        # random vocoder is audible: its output peaks at ~4.4e-7 otherwise (~0.44 after)
+        model.token2wav.code2wav_bigvgan_model.conv_post.weight.mul_(VOICE_GAIN)
 
 
 def build_processor(tokenizer: Any) -> Any:

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 OMNI_PLUGIN_API_VERSION = 1
 
 TINY_MODEL = "tiny-qwen2.5-omni"
-TINY_VERSION = "v1"  # bump whenever the builder's output changes (a new cache directory)
+TINY_VERSION = "v2"  # bump whenever the builder's output changes (a new cache directory)
 
 
 def committed_checksums() -> dict[str, str]:
