@@ -42,9 +42,15 @@ def describe(options: Options, pipeline_name: str) -> str:
     """The ``--help`` section listing a pipeline's plugin flags."""
     if not options:
         return f"Pipeline '{pipeline_name}' takes no plugin options."
+    import textwrap
+
     lines = [f"Options of pipeline '{pipeline_name}' (from its plugins):"]
+    heads = {flag: f"{flag} {option.metavar}" for flag, (_, option) in options.items()}
+    width = max(len(head) for head in heads.values())
     for flag, (plugin, option) in options.items():
-        lines.append(f"  {flag} {option.metavar}  {option.help} [{plugin}]".rstrip())
+        text = textwrap.wrap(f"{option.help} [{plugin}]".strip(), max(40, 78 - width))
+        lines.append(f"  {heads[flag]:<{width}}  {text[0]}")
+        lines += [f"  {'':<{width}}  {rest}" for rest in text[1:]]
     return "\n".join(lines)
 
 

@@ -144,7 +144,7 @@ def test_help_lists_the_pipelines_plugin_options(cli, fake_entry_points):
     code, out, _ = cli("--help")
     assert code == 0 and "--prompt" in out
     assert "Options of pipeline 'echoed' (from its plugins):" in out
-    assert "--shout N  How loud. [loud]" in out and "--tone TEXT  Which tone. [loud]" in out
+    assert "  --shout N    How loud. [loud]\n  --tone TEXT  Which tone. [loud]" in out
     code, out, _ = cli("--help", pipeline=None)  # no PIPELINE: how to see them
     assert code == 0 and "omni run PIPELINE --help also lists" in out and "--shout" not in out
 
