@@ -6,7 +6,7 @@ each replica's compute time through the public client. The run itself is CI's
 from __future__ import annotations
 
 import pytest
-from omni_qwen.bench import TIMED, _Recorder, timed
+from omni_qwen.bench import TIMED, _Recorder, critical_path, timed
 from omni_qwen.pipelines import omni_pipeline
 
 from omni_core import OmniSettings, PluginHost
@@ -29,8 +29,15 @@ def test_registered_and_the_timed_pipeline_resolves_like_the_original(tmp_path):
         "bench-timed-torch",
     ]
     assert resolved.stages[1].config.inputs[0].mode == "on_finish"
-    assert recorder.compute_s() == 0.0 and recorder.clients == []
+    assert recorder.compute_s() == {} and recorder.clients == []
     bad = omni_pipeline().model_dump(exclude_unset=True)
     bad["stages"][1]["engine_args"]["threads"] = 0
     with pytest.raises(ConfigError, match="threads"):
         resolve_pipeline(timed(type(config).from_dict(bad, source="<bad>")), host)
+
+
+def test_the_critical_path_overlaps_thinker_and_talker_only_when_streamed():
+    compute = {"thinker": 0.2, "talker": 0.5, "token2wav": 0.3}
+    assert critical_path("on_finish", compute) == pytest.approx(1.0)
+    assert critical_path("stream", compute) == pytest.approx(0.8)
+    assert critical_path("stream", {**compute, "thinker": 0.6}) == pytest.approx(0.9)
