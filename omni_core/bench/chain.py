@@ -16,14 +16,30 @@ import threading
 from multiprocessing.connection import Connection
 from typing import Any
 
-THREAD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+THREAD_ENV = {  # as the vllm kind's stage processes get (omni_core.kinds.vllm_kind.thread_env)
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "OPENBLAS_NUM_THREADS": "1",
+    "VLLM_LOGGING_LEVEL": "ERROR",
+    "TORCH_CPP_LOG_LEVEL": "ERROR",
+}
+
+
+def _quiet() -> None:
+    """Engine libraries' start-up chatter off the bench's table (a user would log it)."""
+    import warnings
+
+    os.environ.update(THREAD_ENV)
+    warnings.simplefilter("ignore")
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
 
 
 def llm_loop(
     model: str, args: dict[str, Any], tokens: int, inbox: Connection, out: Connection
 ) -> None:
     """A vLLM engine between two pipes: ``(id, prompt ids)`` in, ``(id, generated ids)`` out."""
-    os.environ.update(THREAD_ENV)
+    _quiet()
     import torch
 
     torch.set_num_threads(1)
@@ -57,7 +73,7 @@ def llm_loop(
 
 def vocoder_loop(model: str, inbox: Connection, out: Connection) -> None:
     """The vocoder between two pipes: ``(id, codes)`` in, ``(id, audio)`` out."""
-    os.environ.update(THREAD_ENV)
+    _quiet()
     from omni_core.kinds.vocoder import VocoderEngine
 
     vocoder = VocoderEngine({"model": model, "threads": 1})
