@@ -18,8 +18,9 @@ fields the payload is rebuilt from and the client builds it, only where it is wa
 
 Pickle remains only where arbitrary user objects must pass, as an extension value inside a typed
 frame: control-RPC arguments and results, ``SamplingParams.extra``, prompts that are neither
-text nor token ids (multimodal dicts), and engine payloads no codec types (an ``AudioChunk``, an
-image: their arrays are data-plane handles, so what is pickled is small).
+text nor token ids (multimodal dicts), and engine payloads no codec types (a diffusion
+``Image``, a ``torch`` engine's own objects: their arrays are data-plane handles, so what is
+pickled is small). An ``AudioChunk`` has a codec here: its handle and rate cross typed.
 """
 
 from __future__ import annotations
@@ -140,6 +141,24 @@ def _codec(name: str) -> PayloadCodec:
     return codec
 
 
+def _pack_audio(out: StageOutput) -> Any:
+    chunk = out.payload
+    return [pack_any(chunk.samples), chunk.sample_rate]
+
+
+def _unpack_audio(out: StageOutput, fields: Any, state: dict[str, Any]) -> Any:
+    from omni_core.media import AudioChunk
+
+    return AudioChunk(fields[0], fields[1])
+
+
+def _register_media() -> None:
+    """Audio chunks (the vocoder's, token2wav's: a data-plane handle and a rate) cross typed."""
+    from omni_core.media import AudioChunk
+
+    register_codec(PayloadCodec(__name__, AudioChunk, _pack_audio, _unpack_audio))
+
+
 # --- values of Any-typed fields ---------------------------------------------------------------
 def _is_ints(value: list[Any]) -> bool:
     for item in value:
@@ -191,6 +210,7 @@ def _ext_hook(code: int, data: memoryview) -> Any:
     raise ValueError(f"unknown extension code {code} in a stage frame")
 
 
+_register_media()
 _ENCODER = msgspec.msgpack.Encoder()
 _TO_WORKER = msgspec.msgpack.Decoder(ToWorker, ext_hook=_ext_hook)
 _TO_PARENT = msgspec.msgpack.Decoder(ToParent, ext_hook=_ext_hook)

@@ -151,3 +151,22 @@ def test_a_payload_codec_sends_fields_and_the_client_rebuilds_the_payload():
         (4, "first"),
         (5, "first"),
     ]
+
+
+def test_audio_chunks_cross_typed_with_their_data_plane_handle():
+    from omni_core.media import AudioChunk
+
+    handle = TensorHandle("omni-audio", (480,), "float32")
+    outs = [
+        StageOutput(request_id="r", token_ids=[3, 4], payload=AudioChunk(handle, 24000)),
+        StageOutput(request_id="s", payload=AudioChunk(np.ones(4, np.float32), 16000)),
+    ]
+    data = wire.encode(wire.outputs_frame(outs, 0.0))
+    assert raw_frame(data) == ("out", {wire.EXT_HANDLE, wire.EXT_ARRAY})
+    (body,) = wire.split(bytearray(data))
+    frame = wire.decode_to_parent(body)
+    assert isinstance(frame, wire.Outputs)
+    first, second = (wire.stage_output(w, {}) for w in frame.outputs)
+    assert first.payload == AudioChunk(handle, 24000) and first.token_ids == [3, 4]
+    assert isinstance(second.payload, AudioChunk) and second.payload.sample_rate == 16000
+    assert second.payload.samples.tolist() == [1.0, 1.0, 1.0, 1.0]
