@@ -6,7 +6,7 @@ import pluggy
 
 PROJECT_NAME = "omni_core"
 ENTRY_POINT_GROUP = "omni_core.plugins"
-PLUGIN_API_VERSION = 1
+PLUGIN_API_VERSION = 2
 
 hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)

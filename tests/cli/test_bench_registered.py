@@ -26,7 +26,7 @@ def broken(quick: bool) -> list[Row]:
 
 
 class BenchPlugin:
-    OMNI_PLUGIN_API_VERSION = 1
+    OMNI_PLUGIN_API_VERSION = 2
 
     def __init__(self, *benchmarks: Benchmark) -> None:
         self.benchmarks = benchmarks

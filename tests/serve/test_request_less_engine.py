@@ -37,7 +37,7 @@ def _mount(app: Any, engine: Any) -> None:
 
 
 class StreamOnlyPlugin:
-    OMNI_PLUGIN_API_VERSION = 1
+    OMNI_PLUGIN_API_VERSION = 2
 
     @hookimpl
     def omni_register_engine_kinds(self):

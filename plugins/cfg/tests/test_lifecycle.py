@@ -51,7 +51,7 @@ def submitted(fake_entry_points):
     fake_entry_points.add("cfg", cfg_plugin, distribution="omni-cfg", version="0.1.0")
     seen = []
     recorder = types.ModuleType("cfg_test_recorder")
-    recorder.OMNI_PLUGIN_API_VERSION = 1
+    recorder.OMNI_PLUGIN_API_VERSION = 2
 
     @hookimpl
     def omni_stage_submitted(request_id, stage_id, replica):

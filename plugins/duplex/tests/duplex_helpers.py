@@ -53,7 +53,7 @@ class ToneModel(TinyOmniModel):
 
 
 class VoicePlugin:
-    OMNI_PLUGIN_API_VERSION = 1
+    OMNI_PLUGIN_API_VERSION = 2
 
     @hookimpl
     def omni_duplex_register_models(self):

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 # The plugin API version this plugin was written against; omni-core refuses to load a plugin
 # whose version differs from its own PLUGIN_API_VERSION (a literal, on purpose).
-OMNI_PLUGIN_API_VERSION = 1
+OMNI_PLUGIN_API_VERSION = 2
 
 PIPELINE = {
     "name": "example-reverse",

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from omni_core.sampling import SamplingParams
     from omni_core.views import OrchestratorPort, PipelineView, RequestView
 
-OMNI_PLUGIN_API_VERSION = 1
+OMNI_PLUGIN_API_VERSION = 2
 
 _guides: weakref.WeakKeyDictionary[OrchestratorPort, Guide | None] = weakref.WeakKeyDictionary()
 

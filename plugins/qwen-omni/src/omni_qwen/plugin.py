@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from omni_core.config.pipeline import PipelineConfig
 
-OMNI_PLUGIN_API_VERSION = 1
+OMNI_PLUGIN_API_VERSION = 2
 
 TINY_MODEL = "tiny-qwen2.5-omni"
 TINY_VERSION = "v2"  # bump whenever the builder's output changes (a new cache directory)

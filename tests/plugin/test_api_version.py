@@ -1,0 +1,79 @@
+"""Plugin API versions: a plugin written for an older API fails to load with a message naming it,
+its version, what changed since and the migration section of docs/plugins.md; ``omni`` exits 2."""
+
+from __future__ import annotations
+
+import re
+import types
+from pathlib import Path
+
+import pytest
+
+from omni_core import PLUGIN_API_VERSION
+from omni_core.cli import main
+from omni_core.errors import PluginLoadError
+from omni_core.plugin.hooks import PluginHost
+from omni_core.plugin.manager import API_CHANGES
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "plugins.md"
+
+
+def plugin_declaring(version: object) -> types.ModuleType:
+    module = types.ModuleType("omni_old")
+    if version is not None:
+        module.OMNI_PLUGIN_API_VERSION = version
+    return module
+
+
+def load_error(fake_entry_points, omni_settings, version: object) -> str:
+    fake_entry_points.add("old", plugin_declaring(version), distribution="omni-old", version="0.4")
+    with pytest.raises(PluginLoadError) as info:
+        PluginHost.create(omni_settings)
+    return str(info.value)
+
+
+def test_the_current_version_is_2_and_says_what_changed():
+    assert PLUGIN_API_VERSION == 2
+    assert "port" in API_CHANGES[2] and "pipelines that use it" in API_CHANGES[2]
+
+
+def test_a_version_1_plugin_is_told_what_changed_and_where_to_migrate(
+    fake_entry_points, omni_settings
+):
+    message = load_error(fake_entry_points, omni_settings, 1)
+    assert message == (
+        "plugin 'old' (entry point 'omni_old' from omni-old 0.4) declares plugin API version 1, "
+        f"but this omni-core provides version 2. Changed since 1: {API_CHANGES[2]}. Migrate the "
+        "plugin: docs/plugins.md#migrating-from-api-1-to-api-2"
+    )
+
+
+def test_the_migration_link_names_a_section_of_the_plugin_guide():
+    headings = re.findall(r"^#+ (.+)$", DOCS.read_text(), flags=re.M)
+    slugs = {re.sub(r"[^a-z0-9 -]", "", h.lower()).strip().replace(" ", "-") for h in headings}
+    assert "migrating-from-api-1-to-api-2" in slugs
+
+
+@pytest.mark.parametrize(
+    ("version", "expected"),
+    [
+        (None, "does not declare OMNI_PLUGIN_API_VERSION (omni-core plugin API version is 2;"),
+        (3, "declares plugin API version 3, but this omni-core provides version 2 (the plugin "),
+        ("2", "declares plugin API version '2', but this omni-core provides version 2"),
+    ],
+)
+def test_other_declarations_are_refused_naming_the_plugin(
+    fake_entry_points, omni_settings, version, expected
+):
+    message = load_error(fake_entry_points, omni_settings, version)
+    assert message.startswith("plugin 'old' (entry point 'omni_old' from omni-old 0.4)")
+    assert expected in message
+
+
+def test_omni_exits_2_on_a_version_1_plugin(fake_entry_points, omni_settings, capsys):
+    fake_entry_points.add("old", plugin_declaring(1), distribution="omni-old", version="0.4")
+    assert main(["stages"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith("error: plugin 'old' (entry point 'omni_old' from omni-old 0.4)")
+    assert "docs/plugins.md#migrating-from-api-1-to-api-2" in err
