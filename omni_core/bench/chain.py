@@ -92,10 +92,10 @@ class HandChain:
 
     def __init__(self, thinker: str, talker: str, vocoder: str, args: dict[str, Any]) -> None:
         ctx = mp.get_context("spawn")
-        to_thinker_r, self.to_thinker = ctx.Pipe(duplex=False)
-        to_talker_r, to_talker_w = ctx.Pipe(duplex=False)
-        to_vocoder_r, to_vocoder_w = ctx.Pipe(duplex=False)
-        self.results, results_w = ctx.Pipe(duplex=False)
+        to_thinker_r, self.to_thinker = ctx.Pipe(False)  # one-way
+        to_talker_r, to_talker_w = ctx.Pipe(False)  # one-way
+        to_vocoder_r, to_vocoder_w = ctx.Pipe(False)  # one-way
+        self.results, results_w = ctx.Pipe(False)  # one-way
         self.procs = [
             ctx.Process(
                 target=llm_loop, args=(thinker, args, 24, to_thinker_r, to_talker_w), daemon=True
