@@ -27,6 +27,7 @@ from vllm.sampling_params import RequestOutputKind
 from vllm.v1.engine import EngineCoreOutputs, EngineCoreRequest
 from vllm.v1.engine.exceptions import EngineDeadError
 
+from omni_core.outputs import TokenLogprob
 from omni_core.stage.wire import PayloadCodec, register_codec
 
 SUPPORTED = "0.32"
@@ -38,18 +39,43 @@ if not vllm.__version__.startswith(SUPPORTED):  # pragma: no cover - depends on 
 
 def _pack_request_output(out: Any) -> Any:
     """The fields of a ``RequestOutput`` payload that its :class:`~omni_core.outputs.StageOutput`
-    lacks (the prompt's text with the first output only, as its token ids)."""
+    lacks (the prompt's text and its logprobs with the first output only, as its token ids)."""
     ro = out.payload
     completion = ro.outputs[0]
-    prompt = ro.prompt if out.prompt_token_ids is not None else None
-    return [prompt, completion.cumulative_logprob, completion.stop_reason, ro.num_cached_tokens]
+    first = out.prompt_token_ids is not None
+    prompt = ro.prompt if first else None
+    steps = ro.prompt_logprobs if first else None
+    prompt_logprobs = None
+    if steps is not None:  # per prompt position (the first None): token -> [logprob, rank, text]
+        prompt_logprobs = [
+            None
+            if candidates is None
+            else {
+                int(t): [float(lp.logprob), lp.rank, lp.decoded_token]
+                for t, lp in candidates.items()
+            }
+            for candidates in steps
+        ]
+    return [
+        prompt,
+        completion.cumulative_logprob,
+        completion.stop_reason,
+        ro.num_cached_tokens,
+        prompt_logprobs,
+    ]
 
 
 def _unpack_request_output(out: Any, fields: Any, state: dict[str, Any]) -> RequestOutput:
     """vLLM's ``RequestOutput`` of one output, built in the client (``state``: each request's
     prompt and prompt ids, from its first output to its last)."""
-    prompt, cumulative, stop_reason, cached = fields
+    prompt, cumulative, stop_reason, cached, packed_steps = fields
     rid = out.request_id
+    prompt_logprobs = None
+    if packed_steps is not None:
+        prompt_logprobs = [
+            None if c is None else {int(t): TokenLogprob(*v) for t, v in c.items()}
+            for c in packed_steps
+        ]
     if out.prompt_token_ids is not None:
         state[rid] = (prompt, out.prompt_token_ids)
     prompt, prompt_ids = (
@@ -65,7 +91,13 @@ def _unpack_request_output(out: Any, fields: Any, state: dict[str, Any]) -> Requ
         stop_reason=stop_reason,
     )
     return RequestOutput(
-        rid, prompt, prompt_ids, None, [completion], out.finished, num_cached_tokens=cached
+        rid,
+        prompt,
+        prompt_ids,
+        prompt_logprobs,
+        [completion],
+        out.finished,
+        num_cached_tokens=cached,
     )
 
 
