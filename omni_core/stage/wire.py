@@ -226,6 +226,26 @@ def decode_to_worker(body: bytes | bytearray | memoryview) -> Add | Input | Call
     return _TO_WORKER.decode(body)
 
 
+class _AddId(msgspec.Struct, tag="add", array_like=True):
+    """The request id of an ``add`` frame whose other fields did not validate."""
+
+    request_id: str
+    prompt: Any
+    params: Any
+
+
+_ADD_ID = msgspec.msgpack.Decoder(_AddId, ext_hook=_ext_hook)
+
+
+def add_request_id(body: bytes | bytearray | memoryview) -> str | None:
+    """The request id of an ``add`` frame that :func:`decode_to_worker` refused (a field out of
+    range, e.g. a sampling param a plugin set unchecked), else None: a corrupt frame."""
+    try:
+        return _ADD_ID.decode(body).request_id
+    except msgspec.DecodeError:
+        return None
+
+
 def decode_to_parent(body: bytes | bytearray | memoryview) -> Outputs | Ack:
     return _TO_PARENT.decode(body)
 
@@ -297,7 +317,7 @@ def wire_output(out: StageOutput) -> WireOutput:
     return WireOutput(
         out.request_id,
         out.token_ids if type(out.token_ids) is list else list(out.token_ids),
-        out.text,
+        out.text or "",
         out.finished,
         out.finish_reason,
         out.logprobs,

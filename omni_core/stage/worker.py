@@ -26,12 +26,15 @@ import time
 from functools import cache
 from typing import Any, Protocol
 
+import msgspec
+
 from omni_core.outputs import ErrorInfo, StageOutput
 from omni_core.stage.wire import (
     Ack,
     Add,
     Call,
     Input,
+    add_request_id,
     decode_to_worker,
     encode,
     outputs_frame,
@@ -210,7 +213,14 @@ def _serve(sock: socket.socket, engine: WorkerEngine) -> int:
                 return 0
             buf += data
             for body in split(buf):  # one copy per read, not one per frame
-                frame = decode_to_worker(body)
+                try:
+                    frame = decode_to_worker(body)
+                except msgspec.ValidationError as exc:  # one request's fields: it fails alone
+                    rid = add_request_id(body)
+                    if rid is None:
+                        raise
+                    send_outputs(sock, [error_output(rid, exc)], 0.0)
+                    continue
                 started = time.perf_counter()
                 handle(engine, frame, sock)
                 if type(frame) is not Call:  # the engine's own input processing
@@ -221,11 +231,30 @@ def _serve(sock: socket.socket, engine: WorkerEngine) -> int:
             outs = engine.step()
             compute_s += time.perf_counter() - started
             if outs:  # one frame per step, with the engine time since the last frame
-                sock.sendall(encode(outputs_frame(outs, compute_s)))
+                send_outputs(sock, outs, compute_s)
                 compute_s = 0.0
             if engine.dead:
                 os._exit(17)  # the replica dies abruptly (fault injection)
             next_step = time.monotonic() + engine.step_delay_s
+
+
+def send_outputs(sock: socket.socket, outs: list[Any], compute_s: float) -> None:
+    """One frame of a step's outputs. An output the wire cannot carry (a numpy integer among
+    its token ids, an unknown object in a typed field) becomes its request's error output
+    (500): the request fails, the replica and the other requests go on."""
+    try:
+        frame = encode(outputs_frame(outs, compute_s))
+    except (TypeError, ValueError, OverflowError):
+        kept = []
+        for out in outs:
+            try:
+                encode(outputs_frame([out], 0.0))
+            except (TypeError, ValueError, OverflowError) as exc:
+                logger.error("output of request %s cannot cross the wire: %s", out.request_id, exc)
+                out = error_output(out.request_id, RuntimeError(f"unencodable output: {exc}"))
+            kept.append(out)
+        frame = encode(outputs_frame(kept, compute_s))
+    sock.sendall(frame)
 
 
 def handle(engine: WorkerEngine, frame: Add | Input | Call, sock: socket.socket) -> None:
