@@ -198,3 +198,10 @@ def test_run_options_map_onto_the_requests_override():
     section = CfgSection(enabled=False)
     options_ = request_options(section, {0: SamplingParams(extra=merged)}, "r")
     assert options_.weights() == (4.0, {"neg": -3.0})
+
+
+def test_branches_are_bounded_each_one_is_a_hidden_request():
+    branch = {"prompt": "x", "scale": 0.5}
+    CfgSection.model_validate({"branches": [{**branch, "name": f"b{i}"} for i in range(8)]})
+    with pytest.raises(ValueError, match="branches"):
+        CfgSection.model_validate({"branches": [{**branch, "name": f"b{i}"} for i in range(9)]})

@@ -176,6 +176,21 @@ def test_previews_then_the_image_and_abort_between_steps_leaves_nothing(engine, 
         ),
         (
             {"prompt_embeds": np.zeros((4, 64), np.float32)},
+            {"diffusers": {"steps": 10**10}},
+            "extra['diffusers'].steps",
+        ),
+        (
+            {"prompt_embeds": np.zeros((4, 64), np.float32)},
+            {"diffusers": {"width": 65536}},
+            "extra['diffusers'].width",
+        ),
+        (
+            {"prompt_embeds": np.zeros((4, 64), np.float32)},
+            {"diffusers": {"seed": 2**64}},
+            "extra['diffusers'].seed",
+        ),
+        (
+            {"prompt_embeds": np.zeros((4, 64), np.float32)},
             {"cfg": {"negative_prompt": "x"}},
             "cfg",
         ),

@@ -25,6 +25,7 @@ SECTION = "cfg"  # the pipeline section and the key in SamplingParams.extra
 GUIDED_KIND = "diffusers"
 NEGATIVE = "neg"  # role of the negative-prompt companion
 # override fields that ask for guidance on a pipeline whose section is disabled
+MAX_BRANCHES = 8  # each branch is a whole hidden request: bounded like OMNI_MAX_N
 ASKING = frozenset({"guidance_scale", "negative_prompt", "branches"})
 
 
@@ -54,7 +55,11 @@ class CfgSection(BaseModel):
     )
     guidance_scale: float = Field(default=3.0, ge=0, allow_inf_nan=False)
     negative_prompt: str = ""
-    branches: tuple[Branch, ...] = ()
+    branches: tuple[Branch, ...] = Field(
+        default=(),
+        max_length=MAX_BRANCHES,
+        description="extra weighted conditionings (each one a hidden request)",
+    )
     timeout_s: float = Field(default=30.0, gt=0, allow_inf_nan=False)
 
     @model_validator(mode="after")

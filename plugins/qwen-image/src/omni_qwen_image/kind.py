@@ -68,17 +68,23 @@ class DiffusersArgs(BaseModel):
         return self
 
 
+MAX_STEPS = 1000  # a request's denoising steps (the scheduler's training range)
+MAX_SIDE = 4096  # a request's image side in pixels (Qwen-Image's largest trained size is ~1664)
+
+
 class DiffusersOptions(BaseModel):
     """A request's ``extra["diffusers"]`` (a pydantic ValidationError is a ValueError: 400)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    steps: int | None = Field(default=None, ge=1)
-    height: int | None = Field(default=None, ge=MULTIPLE, multiple_of=MULTIPLE)
-    width: int | None = Field(default=None, ge=MULTIPLE, multiple_of=MULTIPLE)
+    steps: int | None = Field(default=None, ge=1, le=MAX_STEPS)
+    height: int | None = Field(default=None, ge=MULTIPLE, le=MAX_SIDE, multiple_of=MULTIPLE)
+    width: int | None = Field(default=None, ge=MULTIPLE, le=MAX_SIDE, multiple_of=MULTIPLE)
     true_cfg_scale: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     preview_every: int | None = Field(default=None, ge=0, description="0: no previews")
-    seed: int | None = Field(default=None, description="noise seed (over params.seed)")
+    seed: int | None = Field(
+        default=None, ge=0, lt=2**63, description="noise seed (over params.seed)"
+    )
 
 
 INSTALL = "pip install --no-deps -r requirements/qwen-image.txt (./setup.sh does)"
