@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import secrets
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
+import msgspec
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
@@ -274,6 +276,14 @@ def create_app(
         if "image" not in offered:
             raise ApiError(400, f"model '{model_id}' does not generate images", param="model")
         params = stage_params(body.overrides(), body.stage_extra())
+        seed = body.seed
+        if seed is None and body.n > 1:  # n different images: children sample with seed + i
+            seed = secrets.randbits(62)
+        if seed is not None:  # every stage's seed, so that child i of n gets seed + i
+            params = {
+                name: msgspec.structs.replace(p, seed=seed)
+                for name, p in engine.request_params(params).items()
+            }
         rendered = RenderedPrompt(body.prompt, body.prompt, None)
         outputs = await Run(request, engine, admission, rendered, params, ["image"]).collect()
         images = [o.payload for o in outputs if isinstance(o.payload, Image) and o.finish_reason]

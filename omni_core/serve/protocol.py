@@ -232,9 +232,9 @@ class ImageRequest(_Body):
         return out
 
     def stage_extra(self) -> dict[str, Any]:
-        """Request-level ``extra`` of every stage: the body's ``extra``, with ``size``,
-        ``num_inference_steps`` and ``seed`` for the image stage (``diffusers``: width, height,
-        steps, seed)."""
+        """Request-level ``extra`` of every stage: the body's ``extra``, with ``size`` and
+        ``num_inference_steps`` for the image stage (``diffusers``: width, height, steps); the
+        seed is every stage's ``params.seed`` (the route sets it)."""
         out: dict[str, Any] = dict(self.extra or {})
         image: dict[str, Any] = {}
         if self.size is not None:
@@ -244,8 +244,6 @@ class ImageRequest(_Body):
             image.update(width=int(width), height=int(height))
         if self.num_inference_steps is not None:
             image["steps"] = self.num_inference_steps
-        if self.seed is not None:
-            image["seed"] = self.seed
         if image:
             out["diffusers"] = {**_mapping(out.get("diffusers")), **image}
         return out

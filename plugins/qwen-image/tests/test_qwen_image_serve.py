@@ -63,3 +63,21 @@ def test_bad_size_is_a_400_naming_it(server):
     assert bad.status_code == 400 and "extra['diffusers'].height" in bad.text
     bad = post(server, size="large")
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "size"
+
+
+def test_n_images_differ_child_i_samples_with_seed_plus_i(server):
+    body = {"size": "32x32", "num_inference_steps": 2}
+
+    def images(response: httpx.Response) -> list[np.ndarray]:
+        assert response.status_code == 200, response.text
+        return [
+            np.asarray(Image.open(io.BytesIO(base64.b64decode(d["b64_json"]))).convert("RGB"))
+            for d in response.json()["data"]
+        ]
+
+    first, second = images(post(server, seed=9, n=2, **body))
+    assert (first == pixels(post(server, seed=9, **body))).all()  # child 0: the seed itself
+    assert (second == pixels(post(server, seed=10, **body))).all()  # child 1: seed + 1
+    assert not (first == second).all()
+    a, b = images(post(server, n=2, **body))  # unseeded: a random base seed, still n images
+    assert not (a == b).all()
