@@ -83,3 +83,28 @@ def test_omni_run_with_an_unknown_voice_exits_2(
     assert code == 2
     assert MESSAGE in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []  # nothing was synthesized
+
+
+def test_omni_qwen_takes_part_where_its_engines_run_on_the_torch_kind(tmp_path):
+    """No bridge of omni-qwen and no requires_plugins: its engine on the core's torch kind is
+    enough for the voice check to run (omni_applies_to); a pipeline without it leaves it out."""
+    from omni_core import OmniSettings, PipelineConfig, PluginHost
+    from omni_core.config.resolve import resolve_pipeline
+
+    host = PluginHost.create(OmniSettings(cache_dir=tmp_path))
+
+    def active(stage: dict) -> dict[str, str]:
+        config = PipelineConfig.from_dict({"name": "p", "stages": [stage]})
+        return host.for_pipeline(resolve_pipeline(config, host)).active
+
+    voiced = {
+        "id": 0,
+        "name": "speak",
+        "kind": "torch",
+        "engine_args": {"engine": "omni_qwen.token2wav:build", "model": str(tmp_path)},
+        "final_output": True,
+        "final_output_type": "audio",
+    }
+    assert "omni_applies_to" in active(voiced)["qwen"]
+    other = {"id": 0, "name": "s", "kind": "scripted", "final_output": True}
+    assert "qwen" not in active(other)

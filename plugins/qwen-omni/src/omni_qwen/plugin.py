@@ -112,6 +112,15 @@ def omni_register_benchmarks() -> Iterable[Benchmark]:
 
 
 @hookimpl
+def omni_applies_to(pipeline: Any) -> bool:
+    """Asked for pipelines that use neither omni-qwen's bridge nor ``requires_plugins: [qwen]``:
+    one that runs the talker or token2wav engine on the core's torch kind gets the voice check."""
+    from omni_qwen.voices import voiced
+
+    return voiced(pipeline.config)
+
+
+@hookimpl
 def omni_admit_request(request_id: str, prompt: Any, pipeline: Any, params: Any, port: Any) -> None:
     """An unknown voice is a 400 before the request starts (omni_qwen.voices): called only for
     the pipelines omni-qwen takes part in (its bridge or ``requires_plugins: [qwen]``)."""

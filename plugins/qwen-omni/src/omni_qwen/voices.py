@@ -24,6 +24,14 @@ from omni_core.kinds.torch_kind import stage_model
 VOICED_ENGINES = ("omni_qwen.talker:build", "omni_qwen.token2wav:build")
 
 
+def voiced(pipeline: Any) -> bool:
+    """Whether a stage of ``pipeline`` (a PipelineConfig) runs omni-qwen's talker or token2wav."""
+    return any(
+        stage.kind == "torch" and stage.engine_args.get("engine") in VOICED_ENGINES
+        for stage in pipeline.stages
+    )
+
+
 def check_voices(pipeline: Any, params: Mapping[int, Any]) -> None:
     """Raise :class:`RequestRejected` (400) when a request's voice is not one of the speakers of
     the checkpoint a voiced stage loads. A request naming no voice gets the stage's default
