@@ -185,6 +185,8 @@ class RayBackend:
     def kill(self) -> None:
         for client in self.clients:
             client.kill()
+        if self.placement is not None:  # the last resort leaves no reservation either
+            self.placement.remove()
 
 
 def alive_actors(ids: set[str] | None = None) -> list[str]:
