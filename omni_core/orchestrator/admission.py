@@ -1,7 +1,7 @@
 """``Admissions``: what admitting a request needs besides the tables — id checks and the
 companions plugins add (``omni_admit_request``, fired here for every request a caller submits,
-whatever the orchestrator subclass; a run a subclass opens itself with ``open_run``, e.g. a
-duplex session's turn, is not admitted again)."""
+whatever the orchestrator subclass; a run a subclass opens itself with ``open_run`` (e.g. a
+session's later turn) is not admitted again."""
 
 from __future__ import annotations
 
