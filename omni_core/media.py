@@ -35,6 +35,31 @@ def pcm16(samples: Any) -> bytes:
     )
 
 
+IMAGE_OPTIONS = "image"
+"""The key of ``SamplingParams.extra`` holding a request's generic image options, which any
+image-producing stage kind reads: ``width`` and ``height`` (pixels) and ``steps`` (denoising
+steps), each optional. ``omni run --size/--steps`` and ``/v1/images/generations``' ``size`` and
+``num_inference_steps`` set them (:func:`image_options`); a kind validates them as it validates
+its own options (a bad value fails the request with a 400 naming the field)."""
+
+
+def image_options(
+    size: str | None = None, steps: int | None = None, *, where: str = "size"
+) -> dict[str, int]:
+    """The fields of ``extra[IMAGE_OPTIONS]`` for ``size`` (``"WIDTHxHEIGHT"``) and ``steps``.
+
+    A malformed size is a ValueError naming ``where`` (the flag or field it came from)."""
+    options: dict[str, int] = {}
+    if size is not None:
+        width, _, height = size.lower().partition("x")
+        if not (width.isdigit() and height.isdigit()):
+            raise ValueError(f"{where} {size}: expected WIDTHxHEIGHT, e.g. 256x256")
+        options.update(width=int(width), height=int(height))
+    if steps is not None:
+        options["steps"] = steps
+    return options
+
+
 AUDIO_FORMATS = ("wav", "pcm16")  # what :func:`audio_bytes` writes
 
 

@@ -278,26 +278,20 @@ def media_parts(audio: Path | None, image: Path | None, raw: bool) -> list[tuple
 
 
 def image_extra(config: Any, steps: int | None, size: str | None) -> dict[str, Any]:
-    """``--steps`` / ``--size`` as request-level ``extra`` of the image stage: ``diffusers``
-    (steps, height, width: omni-qwen-image's kind). They need a pipeline with a final image
-    output; a bad ``--size`` names the flag."""
+    """``--steps`` / ``--size`` as the request's generic image options
+    (``extra[IMAGE_OPTIONS]``, :mod:`omni_core.media`), which the pipeline's image stage reads.
+    They need a pipeline with a final image output; a bad ``--size`` names the flag."""
+    from omni_core.media import IMAGE_OPTIONS, image_options
+
     flags = [flag for flag, value in (("--steps", steps), ("--size", size)) if value is not None]
     if not flags:
         return {}
     if not any(s.final_output and s.final_output_type == "image" for s in config.stages):
         raise RequestError(f"{flags[0]}: pipeline '{config.name}' produces no image")
-    extra: dict[str, Any] = {}
-    diffusers: dict[str, Any] = {}
-    if steps is not None:
-        diffusers["steps"] = steps
-    if size is not None:
-        width, _, height = size.lower().partition("x")
-        if not (width.isdigit() and height.isdigit()):
-            raise RequestError(f"--size {size}: expected WIDTHxHEIGHT, e.g. 256x256")
-        diffusers.update(width=int(width), height=int(height))
-    if diffusers:
-        extra["diffusers"] = diffusers
-    return extra
+    try:
+        return {IMAGE_OPTIONS: image_options(size, steps, where="--size")}
+    except ValueError as exc:
+        raise RequestError(str(exc)) from None
 
 
 def merge_extra(extra: dict[str, Any], fields: list[str]) -> None:

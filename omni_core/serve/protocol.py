@@ -233,19 +233,18 @@ class ImageRequest(_Body):
 
     def stage_extra(self) -> dict[str, Any]:
         """Request-level ``extra`` of every stage: the body's ``extra``, with ``size`` and
-        ``num_inference_steps`` for the image stage (``diffusers``: width, height, steps); the
-        seed is every stage's ``params.seed`` (the route sets it)."""
+        ``num_inference_steps`` as the generic image options (``extra[IMAGE_OPTIONS]``: width,
+        height, steps; :mod:`omni_core.media`); the seed is every stage's ``params.seed`` (the
+        route sets it)."""
+        from omni_core.media import IMAGE_OPTIONS, image_options
+
         out: dict[str, Any] = dict(self.extra or {})
-        image: dict[str, Any] = {}
-        if self.size is not None:
-            width, _, height = self.size.lower().partition("x")
-            if not (width.isdigit() and height.isdigit()):
-                raise ApiError(400, f"size {self.size!r}: expected WIDTHxHEIGHT", param="size")
-            image.update(width=int(width), height=int(height))
-        if self.num_inference_steps is not None:
-            image["steps"] = self.num_inference_steps
+        try:
+            image = image_options(self.size, self.num_inference_steps)
+        except ValueError as exc:
+            raise ApiError(400, str(exc), param="size") from None
         if image:
-            out["diffusers"] = {**_mapping(out.get("diffusers")), **image}
+            out[IMAGE_OPTIONS] = {**_mapping(out.get(IMAGE_OPTIONS)), **image}
         return out
 
 

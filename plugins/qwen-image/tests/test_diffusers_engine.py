@@ -104,7 +104,13 @@ def test_unguided_and_guided_samples_stepping_together_equal_the_pipeline(engine
             },
             seed=3,
         ),
-        request("big", {"prompt_embeds": other}, seed=1, diffusers={"height": 48, "width": 48}),
+        request(  # the generic image options, the kind's own winning field by field
+            "big",
+            {"prompt_embeds": other},
+            seed=1,
+            image={"height": 48, "width": 32},
+            diffusers={"width": 48},
+        ),
     )
     expected = {
         "plain": reference(pipe, 7, pos),
@@ -188,6 +194,16 @@ def test_previews_then_the_image_and_abort_between_steps_leaves_nothing(engine, 
             {"prompt_embeds": np.zeros((4, 64), np.float32)},
             {"diffusers": {"seed": 2**64}},
             "extra['diffusers'].seed",
+        ),
+        (
+            {"prompt_embeds": np.zeros((4, 64), np.float32)},
+            {"image": {"height": 40}},
+            "extra['image'].height",
+        ),
+        (  # the generic section takes no kind-specific option
+            {"prompt_embeds": np.zeros((4, 64), np.float32)},
+            {"image": {"true_cfg_scale": 1.0}},
+            "extra['image'].true_cfg_scale",
         ),
         (
             {"prompt_embeds": np.zeros((4, 64), np.float32)},

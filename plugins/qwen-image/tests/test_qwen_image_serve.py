@@ -60,7 +60,7 @@ def test_images_route_equals_the_pipeline_guided_at_the_requested_size(server, p
 
 def test_bad_size_is_a_400_naming_it(server):
     bad = post(server, size="40x40")
-    assert bad.status_code == 400 and "extra['diffusers'].height" in bad.text
+    assert bad.status_code == 400 and "extra['image'].height" in bad.text
     bad = post(server, size="large")
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "size"
 

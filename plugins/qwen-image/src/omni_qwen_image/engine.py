@@ -24,7 +24,8 @@ from typing import Any
 
 from omni_core.errors import RequestError
 from omni_core.kinds.torch_kind import StageOutput, TorchStageEngine, error_output
-from omni_qwen_image.kind import SECTION, DiffusersArgs, DiffusersOptions
+from omni_core.media import IMAGE_OPTIONS
+from omni_qwen_image.kind import SECTION, DiffusersArgs, DiffusersOptions, ImageRequestOptions
 
 logger = logging.getLogger(__name__)
 
@@ -312,15 +313,23 @@ class DiffusersEngine(TorchStageEngine):
 
 
 def request_options(extra: dict[str, Any]) -> DiffusersOptions:
-    """``extra["diffusers"]``; a bad value is one 400 naming the field."""
-    from pydantic import ValidationError
+    """The request's options: the generic image options (``extra["image"]``) under this kind's
+    own (``extra["diffusers"]``, which wins field by field); a bad value is one 400 naming the
+    section and field."""
+    from pydantic import BaseModel, ValidationError
 
-    try:
-        return DiffusersOptions.model_validate(extra.get(SECTION) or {})
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = f"extra['{SECTION}']" + "".join(f".{x}" for x in first["loc"])
-        raise RequestError(f"{where}: {first['msg']}", param=where) from None
+    merged: dict[str, Any] = {}
+    model: type[BaseModel]
+    for section, model in ((IMAGE_OPTIONS, ImageRequestOptions), (SECTION, DiffusersOptions)):
+        value = extra.get(section) or {}
+        try:
+            options = model.model_validate(value)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = f"extra['{section}']" + "".join(f".{x}" for x in first["loc"])
+            raise RequestError(f"{where}: {first['msg']}", param=where) from None
+        merged.update(options.model_dump(exclude_none=True))
+    return DiffusersOptions.model_validate(merged)
 
 
 def _check_guidance(extra: dict[str, Any], prompt: Any) -> None:

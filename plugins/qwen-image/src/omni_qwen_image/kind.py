@@ -72,14 +72,21 @@ MAX_STEPS = 1000  # a request's denoising steps (the scheduler's training range)
 MAX_SIDE = 4096  # a request's image side in pixels (Qwen-Image's largest trained size is ~1664)
 
 
-class DiffusersOptions(BaseModel):
-    """A request's ``extra["diffusers"]`` (a pydantic ValidationError is a ValueError: 400)."""
+class ImageRequestOptions(BaseModel):
+    """A request's generic image options (``extra["image"]``, :data:`omni_core.media.IMAGE_OPTIONS`:
+    what ``omni run --size/--steps`` and the images route set), as this kind bounds them."""
 
     model_config = ConfigDict(extra="forbid")
 
     steps: int | None = Field(default=None, ge=1, le=MAX_STEPS)
     height: int | None = Field(default=None, ge=MULTIPLE, le=MAX_SIDE, multiple_of=MULTIPLE)
     width: int | None = Field(default=None, ge=MULTIPLE, le=MAX_SIDE, multiple_of=MULTIPLE)
+
+
+class DiffusersOptions(ImageRequestOptions):
+    """A request's ``extra["diffusers"]``: this kind's own options, over the generic image
+    options (a pydantic ValidationError is a ValueError: 400)."""
+
     true_cfg_scale: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     preview_every: int | None = Field(default=None, ge=0, description="0: no previews")
     seed: int | None = Field(
