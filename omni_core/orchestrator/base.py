@@ -264,18 +264,6 @@ class OrchestratorBase:
         """(stages needed, final stages in order) for the wanted output modalities."""
         return self.graph.plan(modalities)
 
-    def new_run(
-        self,
-        run_id: str,
-        parent: ParentState,
-        index: int,
-        prompt: Any,
-        params: dict[int, SamplingParams],
-        needed: frozenset[int],
-        finals: tuple[int, ...],
-    ) -> RunState:
-        return self.table.new_run(run_id, parent, index, prompt, params, needed, finals)
-
     def register_run(self, run: RunState) -> None:
         """Hold a run (fires ``omni_request_admitted``)."""
         self.table.add(run)

@@ -52,7 +52,7 @@ class Orchestrator(OrchestratorBase):
             self._reject(parent, finals, bad_request(message))
             return
         runs = [
-            self.new_run(
+            self.table.new_run(
                 rid if n == 1 else child_id(rid, i),
                 parent,
                 i,
