@@ -19,7 +19,7 @@ from omni_core.chat import ChatMessage, ChatOptions, RenderedPrompt, TokenizerRe
 from omni_core.errors import RequestError
 from omni_core.kinds.vllm_worker import VllmWorkerEngine
 from omni_core.outputs import HiddenStates, StageOutput
-from omni_core.stage.worker import REQUEST_ERRORS, error_output, injected_fault
+from omni_core.stage.worker import error_output, injected_fault
 
 logger = logging.getLogger(__name__)
 
@@ -65,30 +65,11 @@ class PoolingWorkerEngine(VllmWorkerEngine):
     """The engine of a pooling stage's process (``rpc``, ``has_work`` as for generation)."""
 
     def __init__(self, config: dict[str, Any]) -> None:
-        import torch
+        from omni_core.stage.dataplane import default_plane
 
         args = config["args"]
         pooling = args["pooling"]
-        torch.set_num_threads(args["threads"])  # before vLLM replaces it with a no-op
-        from omni_core.kinds import vllm_adapter as va
-        from omni_core.stage.dataplane import default_plane
-
-        self.va = va
-        self.request_errors = (*REQUEST_ERRORS, va.VLLMClientError)
-        self.fatal_errors = (va.EngineDeadError,)
-        engine_args = {**args["engine"], **va.pooling_engine_args()}
-        self.engine = va.build_engine(
-            config["model"],
-            enforce_eager=True,
-            kv_cache_memory_bytes=args["kv_cache_memory_bytes"],
-            max_model_len=args["max_model_len"],
-            max_num_seqs=args["max_num_seqs"],
-            dtype=args["dtype"],
-            seed=args["seed"],
-            disable_log_stats=True,
-            **engine_args,
-        )
-        self.max_model_len = args["max_model_len"]
+        self._open(config, pooling=True)
         self.template: str | None = pooling["template"]
         self.drop = int(pooling["drop_prefix"])
         self.max_length: int | None = pooling["max_length"]

@@ -50,6 +50,32 @@ class VllmWorkerEngine:
     step_delay_s = 0.0
 
     def __init__(self, config: dict[str, Any]) -> None:
+        args = config["args"]
+        hidden = args.get("hidden_states")
+        # with hidden states every prompt position must be computed (VllmArgs checks it)
+        self._open(config, **({"enable_prefix_caching": False} if hidden is not None else {}))
+        self.with_payload = args["request_output_payload"]
+        self._warm_up()
+        self.hidden: Any = None
+        if hidden is not None:
+            from omni_core.kinds.vllm_hidden import HiddenStateCapture
+            from omni_core.stage.dataplane import default_plane
+
+            self.hidden = HiddenStateCapture(
+                self.engine, self.va, hidden["layers"], default_plane(), hidden["inline_bytes"]
+            )
+        self.dead = False
+        self.paused = False
+        self.streamed: dict[str, _Streamed] = {}
+        self.sub_owner: dict[str, str] = {}  # chunk generation id -> request id
+        self.ready: list[StageOutput] = []
+        self.fresh: set[str] = set()  # requests whose first output (with the prompt ids) is due
+        self.faulty: set[str] = set()  # requests whose next step output raises (testing only)
+
+    def _open(self, config: dict[str, Any], pooling: bool = False, **overrides: Any) -> None:
+        """Build the stage's vLLM engine (``engine``, its adapter ``va``, the errors it raises):
+        the stage's ``engine_args`` under ``overrides`` (and the pooling runner's with
+        ``pooling``), eager, on the stage's threads (set before vLLM is imported)."""
         import torch
 
         args = config["args"]
@@ -59,10 +85,8 @@ class VllmWorkerEngine:
         self.va = va
         self.request_errors = (*REQUEST_ERRORS, va.VLLMClientError)
         self.fatal_errors = (va.EngineDeadError,)
-        hidden = args.get("hidden_states")
-        engine_args = dict(args["engine"])
-        if hidden is not None:  # every prompt position must be computed (VllmArgs checks it)
-            engine_args["enable_prefix_caching"] = False
+        if pooling:
+            overrides.update(va.pooling_engine_args())
         self.engine = va.build_engine(
             config["model"],
             enforce_eager=True,
@@ -72,26 +96,9 @@ class VllmWorkerEngine:
             dtype=args["dtype"],
             seed=args["seed"],
             disable_log_stats=True,
-            **engine_args,
+            **{**args["engine"], **overrides},
         )
         self.max_model_len = args["max_model_len"]
-        self.with_payload = args["request_output_payload"]
-        self._warm_up()
-        self.hidden: Any = None
-        if hidden is not None:
-            from omni_core.kinds.vllm_hidden import HiddenStateCapture
-            from omni_core.stage.dataplane import default_plane
-
-            self.hidden = HiddenStateCapture(
-                self.engine, va, hidden["layers"], default_plane(), hidden["inline_bytes"]
-            )
-        self.dead = False
-        self.paused = False
-        self.streamed: dict[str, _Streamed] = {}
-        self.sub_owner: dict[str, str] = {}  # chunk generation id -> request id
-        self.ready: list[StageOutput] = []
-        self.fresh: set[str] = set()  # requests whose first output (with the prompt ids) is due
-        self.faulty: set[str] = set()  # requests whose next step output raises (testing only)
 
     def _warm_up(self) -> None:
         """One tiny generation at start-up, so the first request does not pay vLLM's lazy init."""
