@@ -48,6 +48,7 @@ PUBLIC_MODULES: frozenset[str] = frozenset(
         "omni_core.outputs",
         "omni_core.sampling",
         "omni_core.media",
+        "omni_core.models.tiny",  # building blocks of a deterministic tiny-model builder
         "omni_core.config.pipeline",  # PipelineConfig, StageConfig, InputEdge
         "omni_core.stage.client",  # StageClient, StageContext, StageRequest: stage kinds
         "omni_core.stage.local",  # LocalStageClient: in-process stage kinds

@@ -129,28 +129,11 @@ def corpus() -> list[str]:
 
 
 def build_tokenizer() -> Any:
-    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import Qwen2TokenizerFast
 
-    qwen2_split = (
-        r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-        r"|\s*[\r\n]+|\s+(?!\S)|\s+"
-    )
-    tok = Tokenizer(models.BPE())
-    tok.normalizer = normalizers.NFC()
-    tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Split(Regex(qwen2_split), behavior="isolated", invert=False),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-        ]
-    )
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=BPE_VOCAB,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(corpus(), trainer=trainer)
+    from omni_core.models.tiny import train_qwen2_bpe
+
+    tok = train_qwen2_bpe(corpus(), BPE_VOCAB)
     if tok.get_vocab_size() != BPE_VOCAB:
         raise RuntimeError(f"BPE vocab is {tok.get_vocab_size()} entries, not {BPE_VOCAB}")
     fillers = tuple(

@@ -6,12 +6,11 @@ and vLLM are imported only when a model is built or a stage starts.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
-from importlib import resources
 from typing import TYPE_CHECKING
 
 from omni_core import hookimpl
+from omni_core.models.tiny import packaged_checksums
 from omni_core.plugin.types import Benchmark, Bridge, ModelSpec, PipelineSpec
 
 if TYPE_CHECKING:
@@ -28,9 +27,7 @@ TINY_VERSION = "v2"  # bump whenever the builder's output changes (a new cache d
 
 def committed_checksums() -> dict[str, str]:
     """SHA-256 of every file of the tiny checkpoint, as built here (``checksums.json``)."""
-    text = resources.files("omni_qwen").joinpath("checksums.json").read_text()
-    checksums: dict[str, str] = json.loads(text)
-    return checksums
+    return packaged_checksums("omni_qwen")
 
 
 def _build_tiny(out: Path) -> None:
