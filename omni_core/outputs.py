@@ -103,7 +103,7 @@ class TokenLogprob(msgspec.Struct, array_like=True, gc=False):
     decoded_token: str | None = None
 
 
-class StageOutput(msgspec.Struct, kw_only=True, gc=False):
+class StageOutput(msgspec.Struct, kw_only=True, gc=False, array_like=True, omit_defaults=True):
     """One output of a stage replica for one request: a delta, as a streaming engine emits it.
 
     ``token_ids`` and ``text`` are the *new* tokens/text. ``payload`` is the engine's own object
@@ -116,7 +116,9 @@ class StageOutput(msgspec.Struct, kw_only=True, gc=False):
 
     Like the other per-token structs here it is not tracked by the cyclic garbage collector
     (``gc=False``: one output per token would otherwise drive most collections); nothing in
-    omni-core makes a reference cycle through one, and a payload must not either.
+    omni-core makes a reference cycle through one, and a payload must not either. It crosses the
+    stage-process wire as it is (:mod:`omni_core.stage.wire`): a MessagePack array of its fields,
+    trailing defaults left out, decoded straight into this type.
     """
 
     request_id: str
@@ -125,7 +127,7 @@ class StageOutput(msgspec.Struct, kw_only=True, gc=False):
     payload: Any = None
     finished: bool = False
     finish_reason: str | None = None
-    logprobs: list[Any] | None = None
+    logprobs: list[dict[int, TokenLogprob]] | None = None
     error: ErrorInfo | None = None
     hidden_states: HiddenStates | None = None
     prompt_token_ids: list[int] | None = None

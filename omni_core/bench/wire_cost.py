@@ -47,16 +47,21 @@ def wire_rows(quick: bool) -> list[Row]:
         state: dict[str, Any] = {}
         buf = bytearray()
 
-        def typed() -> None:
+        def received() -> StageOutput:
             a.sendall(wire.encode(wire.outputs_frame(out, 0.0)))
             buf.extend(b.recv(1 << 16))
-            for body in wire.split(buf):
-                frame = wire.decode_to_parent(body)
-                assert isinstance(frame, wire.Outputs)
-                for item in frame.outputs:
-                    got = wire.stage_output(item, state)
-            if got.payload is None:
+            (frame,) = wire.parent_frames(buf)
+            assert isinstance(frame, wire.Outputs)
+            (got,) = wire.outputs_of(frame, state)
+            return got
+
+        def typed() -> None:
+            if received().payload is None:
                 raise CheckFailed("the RequestOutput payload was not rebuilt")
+
+        def typed_read() -> None:  # the caller reads the payload: RequestOutput built
+            if received().payload.outputs[0].token_ids != out[0].token_ids:
+                raise CheckFailed("the RequestOutput payload differs")
 
         data = wire.encode(wire.outputs_frame(out, 0.0))
 
@@ -71,6 +76,7 @@ def wire_rows(quick: bool) -> list[Row]:
             pickle.loads(got[wire.HEADER.size :])
 
         t_typed = _per_output_s(rounds, typed)
+        t_read = _per_output_s(rounds, typed_read)
         t_bare = _per_output_s(rounds, bare)
         t_pickle = _per_output_s(rounds, pickled)
     finally:
@@ -80,5 +86,14 @@ def wire_rows(quick: bool) -> list[Row]:
     return [
         Row("pipeline", case, "bare socketpair round", t_bare * 1e6, "µs"),
         Row("pipeline", case, "typed wire", t_typed * 1e6, "µs", t_bare * 1e6, "bare socketpair"),
+        Row(
+            "pipeline",
+            case,
+            "typed wire, payload read",
+            t_read * 1e6,
+            "µs",
+            t_bare * 1e6,
+            "bare socketpair",
+        ),
         Row("pipeline", case, "former pickle wire", t_pickle * 1e6, "µs", t_typed * 1e6, "typed"),
     ]

@@ -65,50 +65,124 @@ def _pack_request_output(out: Any) -> Any:
     ]
 
 
+class LazyRequestOutput(RequestOutput):
+    """vLLM's ``RequestOutput`` of one output received over the stage-process wire, built when
+    first read: most token outputs' payloads are never read (a caller reads the text and token
+    ids of our own output), and vLLM's two objects per token cost more than the rest of the wire.
+
+    It is a ``RequestOutput`` (``isinstance``); its first attribute read sets every attribute
+    through vLLM's own constructors, so it then equals (attribute by attribute) the object
+    ``RequestOutput(...)`` builds. Pickled or copied, it is built first and a plain
+    ``RequestOutput`` travels.
+    """
+
+    __slots__ = ("_omni_fields",)
+    _omni_fields: tuple[Any, ...] | None
+
+    def __init__(self, fields: tuple[Any, ...]) -> None:  # vLLM's own runs when first read
+        self._omni_fields = fields
+
+    def __getattr__(self, name: str) -> Any:
+        # only reached for attributes not set yet: the first read builds them all
+        if name.startswith("__") or name == "_omni_fields":
+            raise AttributeError(name)
+        self._build()
+        return object.__getattribute__(self, name)
+
+    def _build(self) -> None:
+        fields = self._omni_fields
+        if fields is None:
+            return
+        self._omni_fields = None
+        rid, text, token_ids, logprobs, reason, finished, packed, prompt, prompt_ids = fields
+        _, cumulative, stop_reason, cached, packed_steps = packed
+        prompt_logprobs = None
+        if packed_steps is not None:
+            prompt_logprobs = [
+                None if c is None else {int(t): TokenLogprob(*v) for t, v in c.items()}
+                for c in packed_steps
+            ]
+        completion = CompletionOutput(
+            index=0,
+            text=text,
+            token_ids=token_ids,
+            cumulative_logprob=cumulative,
+            logprobs=logprobs,
+            finish_reason=reason,
+            stop_reason=stop_reason,
+        )
+        RequestOutput.__init__(
+            self,
+            rid,
+            prompt,
+            prompt_ids,
+            prompt_logprobs,
+            [completion],
+            finished,
+            num_cached_tokens=cached,
+        )
+
+    def __repr__(self) -> str:
+        self._build()
+        return super().__repr__()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        self._build()
+        return (_plain_request_output, (dict(self.__dict__),))
+
+
+def _plain_request_output(attributes: dict[str, Any]) -> RequestOutput:
+    """A plain ``RequestOutput`` with these attributes (a built :class:`LazyRequestOutput`)."""
+    ro = RequestOutput.__new__(RequestOutput)
+    ro.__dict__.update(attributes)
+    return ro
+
+
+_NO_PROMPT = (None, None)
+_new = object.__new__
+_set_fields = LazyRequestOutput.__dict__["_omni_fields"].__set__
+
+
 def _unpack_request_output(out: Any, fields: Any, state: dict[str, Any]) -> RequestOutput:
-    """vLLM's ``RequestOutput`` of one output, built in the client (``state``: each request's
-    prompt and prompt ids, from its first output to its last)."""
-    prompt, cumulative, stop_reason, cached, packed_steps = fields
+    """vLLM's ``RequestOutput`` of one output, built in the client when first read (``state``:
+    each request's prompt and prompt ids, from its first output to its last, kept here now)."""
     rid = out.request_id
-    prompt_logprobs = None
-    if packed_steps is not None:
-        prompt_logprobs = [
-            None if c is None else {int(t): TokenLogprob(*v) for t, v in c.items()}
-            for c in packed_steps
-        ]
     if out.prompt_token_ids is not None:
-        state[rid] = (prompt, out.prompt_token_ids)
-    prompt, prompt_ids = (
-        state.pop(rid, (None, None)) if out.finished else state.get(rid, (None, None))
+        state[rid] = (fields[0], out.prompt_token_ids)
+    if out.finished:
+        prompt, prompt_ids = state.pop(rid, _NO_PROMPT)
+    else:
+        prompt, prompt_ids = state.get(rid, _NO_PROMPT)
+    ro = _new(LazyRequestOutput)  # no __init__ call: the slot is set directly (per token)
+    _set_fields(
+        ro,
+        (
+            rid,
+            out.text,
+            out.token_ids,
+            out.logprobs,
+            out.finish_reason,
+            out.finished,
+            fields,
+            prompt,
+            prompt_ids,
+        ),
     )
-    completion = CompletionOutput(
-        index=0,
-        text=out.text,
-        token_ids=out.token_ids,
-        cumulative_logprob=cumulative,
-        logprobs=out.logprobs,
-        finish_reason=out.finish_reason,
-        stop_reason=stop_reason,
-    )
-    return RequestOutput(
-        rid,
-        prompt,
-        prompt_ids,
-        prompt_logprobs,
-        [completion],
-        out.finished,
-        num_cached_tokens=cached,
-    )
+    return ro
 
 
 # vLLM's RequestOutput crosses the stage-process wire as a few plain fields: the client builds it
 register_codec(PayloadCodec(__name__, RequestOutput, _pack_request_output, _unpack_request_output))
+register_codec(
+    PayloadCodec(__name__, LazyRequestOutput, _pack_request_output, _unpack_request_output)
+)
 
 __all__ = [
     "CompletionOutput",
     "EngineCoreOutputs",
     "EngineCoreRequest",
     "EngineDeadError",
+    "LazyRequestOutput",
     "RequestOutput",
     "VLLMClientError",
     "batch_layout",

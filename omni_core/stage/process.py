@@ -34,11 +34,10 @@ from omni_core.stage.wire import (
     Input,
     Outputs,
     add_frame,
-    decode_to_parent,
     encode,
+    outputs_of,
     pack_any,
-    split,
-    stage_output,
+    parent_frames,
 )
 
 
@@ -126,8 +125,8 @@ class ProcessStageClient(LocalStageClient):
     def _frames(self, buf: bytearray) -> None:
         """Decode every complete frame in ``buf`` (consumed), then hand the outputs over at once:
         called from the socket's ``data_received``, so no task wakes per read."""
-        for body in split(buf):
-            self._on_frame(decode_to_parent(body))
+        for frame in parent_frames(buf):
+            self._on_frame(frame)
         if self._outbox:
             self._hand_over()
 
@@ -152,9 +151,7 @@ class ProcessStageClient(LocalStageClient):
     def _on_frame(self, frame: Outputs | Ack) -> None:
         if type(frame) is Outputs:
             self.compute_s += frame.compute_s
-            state = self._codec_state
-            for wire in frame.outputs:
-                out = stage_output(wire, state)
+            for out in outputs_of(frame, self._codec_state):
                 if out.payload is not None:
                     out.payload = materialize(out.payload, self._plane)
                 if out.hidden_states is not None:

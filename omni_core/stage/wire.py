@@ -8,13 +8,16 @@ below, decoded straight into its type (no pickle on the hot path):
 * worker → parent: :class:`Outputs` (every output of one engine step, in one frame) and
   :class:`Ack` (a call's answer).
 
-Outputs travel as :class:`WireOutput`: token ids, text delta, finish, typed logprobs
-(:class:`~omni_core.outputs.TokenLogprob`), the prompt's token ids on a request's first output,
-hidden states. Arrays stay on the data plane: a :class:`~omni_core.stage.dataplane.TensorHandle`
-crosses as a small extension value, and an inline array (a few rows of hidden states) as its raw
-bytes. An engine's own payload type can have a :class:`PayloadCodec`: the worker sends the few
-fields the payload is rebuilt from and the client builds it, only where it is wanted (vLLM's
-``RequestOutput``: :mod:`omni_core.kinds.vllm_adapter`).
+Outputs travel as the worker's own :class:`~omni_core.outputs.StageOutput` structs (a
+MessagePack array of their fields: token ids, text delta, finish, typed logprobs, the prompt's
+token ids on a request's first output, hidden states), decoded straight into that type in the
+client: no parallel struct is built per output on either side. Arrays stay on the data plane: a
+:class:`~omni_core.stage.dataplane.TensorHandle` crosses as a small extension value, and an inline
+array (a few rows of hidden states) as its raw bytes; only an output with such values, or with a
+payload msgpack cannot carry as it is, crosses as a packed copy. An engine's own payload type can
+have a :class:`PayloadCodec`: the worker sends the few fields the payload is rebuilt from (in
+:attr:`Outputs.codecs`) and the client builds it (vLLM's ``RequestOutput``: built when first
+read, :mod:`omni_core.kinds.vllm_adapter`).
 
 Pickle remains only where arbitrary user objects must pass, as an extension value inside a typed
 frame: control-RPC arguments and results, ``SamplingParams.extra``, prompts that are neither
@@ -33,7 +36,7 @@ from typing import Any
 
 import msgspec
 
-from omni_core.outputs import ErrorInfo, HiddenStates, StageOutput, TokenLogprob
+from omni_core.outputs import HiddenStates, StageOutput
 from omni_core.sampling import SamplingParams
 from omni_core.stage.client import StageRequest
 from omni_core.stage.dataplane import TensorHandle
@@ -69,28 +72,15 @@ class Call(msgspec.Struct, tag="call", array_like=True, gc=False):
     args: Any = None
 
 
-class WireHidden(msgspec.Struct, array_like=True, gc=False):
-    start: int
-    layers: dict[str, Any]  # arrays or handles (extension values)
-
-
-class WireOutput(msgspec.Struct, array_like=True, gc=False):
-    request_id: str
-    token_ids: list[int]
-    text: str = ""
-    finished: bool = False
-    finish_reason: str | None = None
-    logprobs: list[dict[int, TokenLogprob]] | None = None
-    error: ErrorInfo | None = None
-    hidden: WireHidden | None = None
-    prompt_token_ids: list[int] | None = None
-    payload: Any = None  # an untyped payload (extension value), or a codec's fields
-    codec: str | None = None  # the PayloadCodec that rebuilds the payload from ``payload``
-
-
 class Outputs(msgspec.Struct, tag="out", array_like=True, gc=False):
-    outputs: list[WireOutput]
+    """Every output of one engine step. ``outputs`` are the worker's own
+    :class:`~omni_core.outputs.StageOutput` structs, encoded as they are (a payload a
+    :class:`PayloadCodec` carries is left out of them); ``codecs``, when any output has such a
+    payload, holds per output ``None`` or ``[codec name, fields]``."""
+
+    outputs: list[StageOutput]
     compute_s: float
+    codecs: list[Any] | None = None
 
 
 class Ack(msgspec.Struct, tag="ack", array_like=True, gc=False):
@@ -122,6 +112,27 @@ class PayloadCodec:
         self.payload_type = payload_type
         self.pack = pack
         self.unpack = unpack
+        # msgpack would encode such a payload itself (its fields): its output is sent as a copy
+        # without it, where another type's payload is simply left out (see ``_enc_hook``)
+        self.encodable = _natively_encodable(payload_type)
+
+
+def _natively_encodable(kind: type) -> bool:
+    """Whether msgspec encodes instances of ``kind`` without asking its ``enc_hook``."""
+    import dataclasses
+    import datetime
+    import decimal
+    import enum
+    import uuid
+
+    native: tuple[type, ...] = (msgspec.Struct, tuple, list, dict, set, frozenset, str, bytes)
+    native += (bytearray, int, float, enum.Enum, datetime.date, datetime.time, decimal.Decimal)
+    native += (uuid.UUID,)
+    return (
+        dataclasses.is_dataclass(kind)
+        or hasattr(kind, "__attrs_attrs__")
+        or issubclass(kind, native)
+    )
 
 
 _CODECS: dict[str, PayloadCodec] = {}
@@ -211,7 +222,16 @@ def _ext_hook(code: int, data: memoryview) -> Any:
 
 
 _register_media()
-_ENCODER = msgspec.msgpack.Encoder()
+
+
+def _enc_hook(value: Any) -> Any:
+    """A payload its codec carries (in :attr:`Outputs.codecs`) is left out of its output."""
+    if type(value) in _CODEC_BY_TYPE:
+        return None
+    raise TypeError(f"{type(value).__name__} cannot cross the stage-process wire")
+
+
+_ENCODER = msgspec.msgpack.Encoder(enc_hook=_enc_hook)
 _TO_WORKER = msgspec.msgpack.Decoder(ToWorker, ext_hook=_ext_hook)
 _TO_PARENT = msgspec.msgpack.Decoder(ToParent, ext_hook=_ext_hook)
 
@@ -248,6 +268,37 @@ def add_request_id(body: bytes | bytearray | memoryview) -> str | None:
 
 def decode_to_parent(body: bytes | bytearray | memoryview) -> Outputs | Ack:
     return _TO_PARENT.decode(body)
+
+
+_LARGE = 1 << 16  # a body this large is decoded in place (a view), a smaller one from a copy
+
+
+def parent_frames(buf: bytearray) -> list[Outputs | Ack]:
+    """Every complete frame at the start of ``buf``, decoded; removes them from ``buf``, leaving
+    an incomplete frame's bytes for the next read. The parent's read path: one call per read,
+    no list of bodies; a small body is decoded from a copy (cheaper than a view of it), a large
+    one in place."""
+    frames: list[Outputs | Ack] = []
+    decode = _TO_PARENT.decode
+    size_all = len(buf)
+    offset = 0
+    while size_all - offset >= HEADER.size:
+        (size,) = HEADER.unpack_from(buf, offset)
+        start = offset + HEADER.size
+        end = start + size
+        if size_all < end:
+            break
+        if size < _LARGE:
+            frames.append(decode(buf[start:end]))
+        else:
+            with memoryview(buf) as view, view[start:end] as body:
+                frames.append(decode(body))
+        offset = end
+    if offset == size_all:
+        buf.clear()
+    elif offset:
+        del buf[:offset]
+    return frames
 
 
 def split(buf: bytearray) -> list[bytearray]:
@@ -302,58 +353,66 @@ def request_of(frame: Add) -> StageRequest:
 
 
 # --- outputs ------------------------------------------------------------------------------------
-def wire_output(out: StageOutput) -> WireOutput:
-    hidden = None
-    if out.hidden_states is not None:
-        layers = {k: pack_any(v) for k, v in out.hidden_states.layers.items()}
-        hidden = WireHidden(out.hidden_states.start, layers)
-    payload, codec_name = out.payload, None
-    if payload is not None:
-        codec = _CODEC_BY_TYPE.get(type(payload))
-        if codec is not None:
-            payload, codec_name = codec.pack(out), codec.name
-        else:
-            payload = pack_any(payload)
-    return WireOutput(
-        out.request_id,
-        out.token_ids if type(out.token_ids) is list else list(out.token_ids),
-        out.text or "",
-        out.finished,
-        out.finish_reason,
-        out.logprobs,
-        out.error,
-        hidden,
-        out.prompt_token_ids,
-        payload,
-        codec_name,
+# Payload types msgpack carries as they are (a list only when all its items are ints).
+_NATIVE = (str, int, float, bool)
+_UNPACKED = object()  # (a payload that needs packing)
+
+
+def _packed_output(out: StageOutput) -> StageOutput:
+    """``out`` as it crosses the wire when its payload has no codec or it has hidden states: a
+    copy whose payload and hidden-state arrays are msgpack-native or extension values (the
+    worker's own output is left as it is)."""
+    payload = out.payload
+    if type(payload) in _CODEC_BY_TYPE:
+        payload = None  # in the frame's ``codecs``
+    elif payload is not None:
+        payload = pack_any(payload)
+    hidden = out.hidden_states
+    if hidden is not None:
+        hidden = HiddenStates(hidden.start, {k: pack_any(v) for k, v in hidden.layers.items()})
+    token_ids = out.token_ids if type(out.token_ids) is list else list(out.token_ids)
+    return msgspec.structs.replace(
+        out, payload=payload, hidden_states=hidden, token_ids=token_ids, text=out.text or ""
     )
 
 
 def outputs_frame(outs: list[StageOutput], compute_s: float) -> Outputs:
-    return Outputs([wire_output(out) for out in outs], compute_s)
+    """The frame of one step's outputs. Outputs cross as the worker's own structs (no copy per
+    output) except where a payload without codec or hidden states need packing."""
+    codecs: list[Any] | None = None
+    sent = outs
+    for i, out in enumerate(outs):
+        payload = out.payload
+        if payload is not None:
+            codec = _CODEC_BY_TYPE.get(type(payload))
+            if codec is not None:
+                if codecs is None:
+                    codecs = [None] * len(outs)
+                codecs[i] = [codec.name, codec.pack(out)]
+                if codec.encodable:
+                    payload = _UNPACKED
+            elif type(payload) not in _NATIVE:
+                payload = _UNPACKED
+        if payload is not _UNPACKED and out.hidden_states is None and out.text is not None:
+            continue  # crosses as it is
+        if sent is outs:
+            sent = list(outs)
+        sent[i] = _packed_output(out)
+    return Outputs(sent, compute_s, codecs)
 
 
-def stage_output(wire: WireOutput, codec_state: dict[str, Any]) -> StageOutput:
-    """The client's :class:`StageOutput` of a wire output (payload rebuilt by its codec)."""
-    hidden = None
-    if wire.hidden is not None:
-        hidden = HiddenStates(wire.hidden.start, wire.hidden.layers)
-    out = StageOutput(
-        request_id=wire.request_id,
-        token_ids=wire.token_ids,
-        text=wire.text,
-        finished=wire.finished,
-        finish_reason=wire.finish_reason,
-        logprobs=wire.logprobs,
-        error=wire.error,
-        hidden_states=hidden,
-        prompt_token_ids=wire.prompt_token_ids,
-    )
-    if wire.codec is not None:
-        out.payload = _codec(wire.codec).unpack(out, wire.payload, codec_state)
-    else:
-        out.payload = wire.payload
-    return out
+def outputs_of(frame: Outputs, codec_state: dict[str, Any]) -> list[StageOutput]:
+    """The client's outputs of a decoded frame: its structs, each codec's payload rebuilt
+    (``codec_state``: the codecs' per-request state of this replica)."""
+    outs = frame.outputs
+    codecs = frame.codecs
+    if codecs is not None:
+        for i, packed in enumerate(codecs):  # (zip costs more per output than indexing)
+            if packed is not None:
+                out = outs[i]
+                codec = _CODECS.get(packed[0]) or _codec(packed[0])
+                out.payload = codec.unpack(out, packed[1], codec_state)
+    return outs
 
 
 __all__ = [
@@ -367,15 +426,15 @@ __all__ = [
     "Input",
     "Outputs",
     "PayloadCodec",
-    "WireOutput",
     "add_frame",
     "decode_to_parent",
     "decode_to_worker",
     "encode",
     "outputs_frame",
+    "outputs_of",
     "pack_any",
+    "parent_frames",
     "register_codec",
     "request_of",
     "split",
-    "stage_output",
 ]

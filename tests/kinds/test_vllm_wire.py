@@ -34,19 +34,20 @@ def engine():
 
 def test_token_frames_are_typed_without_pickle_and_request_outputs_are_rebuilt(engine, monkeypatch):
     frames: list[tuple[str, set[int]]] = []
-    typed = process.decode_to_parent
+    typed = process.parent_frames
 
-    def spy(body: Any) -> Any:
-        codes: set[int] = set()
+    def spy(buf: bytearray) -> Any:
+        for body in wire.split(bytearray(buf)):  # a copy: the client's read consumes ``buf``
+            codes: set[int] = set()
 
-        def hook(code: int, _: memoryview) -> None:
-            codes.add(code)
+            def hook(code: int, _: memoryview, codes: set[int] = codes) -> None:
+                codes.add(code)
 
-        raw: Any = msgspec.msgpack.Decoder(ext_hook=hook).decode(body)
-        frames.append((raw[0], codes))
-        return typed(body)
+            raw: Any = msgspec.msgpack.Decoder(ext_hook=hook).decode(body)
+            frames.append((raw[0], codes))
+        return typed(buf)
 
-    monkeypatch.setattr(process, "decode_to_parent", spy)
+    monkeypatch.setattr(process, "parent_frames", spy)
 
     async def go() -> list[Any]:
         return [o async for o in engine.generate("hello there", request_id="w")]
@@ -59,7 +60,9 @@ def test_token_frames_are_typed_without_pickle_and_request_outputs_are_rebuilt(e
     assert all(wire.EXT_PICKLE not in codes for codes in out_frames)
     assert {tag for tag, _ in frames} <= {"out", "ack"}
     payloads = [o.payload for o in outs if o.payload is not None]
-    assert type(payloads[0]).__name__ == "RequestOutput"
+    from omni_core.kinds.vllm_adapter import RequestOutput
+
+    assert all(isinstance(p, RequestOutput) for p in payloads)
     prompt_ids = payloads[0].prompt_token_ids
     assert prompt_ids and all(p.prompt_token_ids == prompt_ids for p in payloads)
     assert [t for p in payloads for t in p.outputs[0].token_ids] == tokens

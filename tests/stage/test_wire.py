@@ -62,7 +62,7 @@ def test_one_step_of_token_outputs_is_one_frame_without_pickle_and_round_trips()
     (body,) = wire.split(bytearray(data))
     frame = wire.decode_to_parent(body)
     assert isinstance(frame, wire.Outputs) and frame.compute_s == 0.5
-    back = [wire.stage_output(w, {}) for w in frame.outputs]
+    back = wire.outputs_of(frame, {})
     assert [o.request_id for o in back] == ["a", "b", "c", "d", "e"]
     assert back[0].prompt_token_ids == [1, 2, 3] and back[1].prompt_token_ids is None
     assert back[1].token_ids == [7, 8] and back[1].text == "bc"
@@ -147,7 +147,7 @@ def test_a_payload_codec_sends_fields_and_the_client_rebuilds_the_payload():
     frame = wire.decode_to_parent(body)
     assert isinstance(frame, wire.Outputs)
     state: dict[str, Any] = {}
-    assert [wire.stage_output(w, state).payload for w in frame.outputs] == [
+    assert [o.payload for o in wire.outputs_of(frame, state)] == [
         (4, "first"),
         (5, "first"),
     ]
@@ -166,7 +166,71 @@ def test_audio_chunks_cross_typed_with_their_data_plane_handle():
     (body,) = wire.split(bytearray(data))
     frame = wire.decode_to_parent(body)
     assert isinstance(frame, wire.Outputs)
-    first, second = (wire.stage_output(w, {}) for w in frame.outputs)
+    first, second = wire.outputs_of(frame, {})
     assert first.payload == AudioChunk(handle, 24000) and first.token_ids == [3, 4]
     assert isinstance(second.payload, AudioChunk) and second.payload.sample_rate == 16000
     assert second.payload.samples.tolist() == [1.0, 1.0, 1.0, 1.0]
+
+
+class Blob:
+    def __init__(self, x: int) -> None:
+        self.x = x
+
+
+def test_outputs_cross_as_they_are_and_only_those_that_need_packing_are_copied() -> None:
+    wire.register_codec(wire.PayloadCodec(__name__, Point, codec_pack, codec_unpack))
+    hidden = HiddenStates(0, {"final": np.ones((1, 2), np.float32)})
+    outs = [
+        StageOutput(request_id="native", token_ids=[1], payload="text payload"),
+        StageOutput(request_id="ints", payload=[1, 2, 3]),
+        StageOutput(request_id="tuple", payload=(1, "a")),  # msgpack would make it a list
+        StageOutput(request_id="object", payload=Blob(3)),
+        StageOutput(request_id="coded", payload=Point(8), hidden_states=hidden),
+        StageOutput(request_id="tuple-ids", token_ids=(4, 5)),  # type: ignore[arg-type]
+    ]
+    frame = wire.outputs_frame(outs, 0.0)
+    assert frame.outputs[0] is outs[0] and frame.outputs[1] is not outs[1]
+    assert outs[4].payload.x == 8 and outs[4].hidden_states is hidden  # the worker's: untouched
+    (back_frame,) = wire.parent_frames(bytearray(wire.encode(frame)))
+    assert isinstance(back_frame, wire.Outputs)
+    back = wire.outputs_of(back_frame, {})
+    assert back[0].payload == "text payload" and back[0].token_ids == [1]
+    assert back[1].payload == [1, 2, 3]
+    assert back[2].payload == (1, "a")
+    assert isinstance(back[3].payload, Blob) and back[3].payload.x == 3
+    assert back[4].payload == (8, None)  # Point's codec (registered above)
+    assert back[4].hidden_states is not None
+    assert back[4].hidden_states.layers["final"].tolist() == [[1.0, 1.0]]
+    assert back[5].token_ids == [4, 5]
+
+
+def test_parent_frames_decode_every_complete_frame_in_place_and_keep_the_rest() -> None:
+    small = wire.encode(wire.outputs_frame(per_token_outputs(), 0.25))
+    big_array = np.arange(40000, dtype=np.float32).reshape(2, 20000)  # a body over 64 KiB
+    big = wire.encode(
+        wire.outputs_frame(
+            [StageOutput(request_id="big", hidden_states=HiddenStates(0, {"final": big_array}))],
+            0.0,
+        )
+    )
+    data = small + big + small
+    buf = bytearray(data[:10])
+    assert wire.parent_frames(buf) == [] and len(buf) == 10
+    buf += data[10 : len(small) + len(big) + 3]
+    frames = wire.parent_frames(buf)
+    assert [len(f.outputs) for f in frames] == [5, 1]  # type: ignore[union-attr]
+    assert len(buf) == 3
+    (big_out,) = frames[1].outputs  # type: ignore[union-attr]
+    assert big_out.hidden_states.layers["final"].tolist() == big_array.tolist()
+    buf += data[len(small) + len(big) + 3 :]
+    (last,) = wire.parent_frames(buf)
+    assert not buf and isinstance(last, wire.Outputs) and last.compute_s == 0.25
+    ack = wire.encode(wire.Ack(3, True, None))
+    buf += ack + ack
+    assert [f.call_id for f in wire.parent_frames(buf)] == [3, 3] and not buf  # type: ignore[union-attr]
+
+
+def test_an_output_msgpack_cannot_carry_fails_to_encode() -> None:
+    bad = StageOutput(request_id="np", token_ids=[np.int64(3)])  # type: ignore[list-item]
+    with pytest.raises(TypeError):
+        wire.encode(wire.outputs_frame([bad], 0.0))

@@ -1,0 +1,129 @@
+"""vLLM's ``RequestOutput`` over the stage-process wire: the client's payload is built when first
+read, and then equals (attribute by attribute) what vLLM's own constructors build."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+from typing import Any
+
+import pytest
+
+pytest.importorskip("vllm")
+
+from vllm.logprobs import Logprob
+
+from omni_core.kinds import vllm_adapter as va
+from omni_core.outputs import StageOutput, TokenLogprob
+from omni_core.stage import wire
+from omni_core.stage.dataplane import SharedMemoryDataPlane, materialize
+
+
+def attributes(ro: Any) -> dict[str, Any]:
+    """Every attribute of a ``RequestOutput``, its completions' as dicts too (read one first: a
+    lazy payload's ``vars()`` are empty until then)."""
+    assert ro.request_id == "r"
+    found = dict(vars(ro))
+    found["outputs"] = [dict(vars(c)) for c in found["outputs"]]
+    return found
+
+
+def worker_output(i: int, first: bool, finished: bool) -> StageOutput:
+    """A vLLM stage's output as its worker emits it (payload: vLLM's RequestOutput)."""
+    logprobs = [{7 + i: TokenLogprob(-0.5, 1, "x"), 3: TokenLogprob(-2.0, 2, None)}]
+    steps = [None, {11: Logprob(-1.25, rank=1, decoded_token="hi")}] if first else None
+    completion = va.CompletionOutput(
+        index=0,
+        text=f"t{i}",
+        token_ids=[7 + i],
+        cumulative_logprob=-0.5 * (i + 1),
+        logprobs=logprobs,
+        finish_reason="stop" if finished else None,
+        stop_reason="." if finished else None,
+    )
+    ro = va.RequestOutput(
+        "r", "hi there", [1, 11], steps, [completion], finished, num_cached_tokens=2
+    )
+    return StageOutput(
+        request_id="r",
+        token_ids=[7 + i],
+        text=f"t{i}",
+        payload=ro,
+        finished=finished,
+        finish_reason="stop" if finished else None,
+        logprobs=logprobs,
+        prompt_token_ids=[1, 11] if first else None,
+    )
+
+
+def through_wire(outs: list[StageOutput], state: dict[str, Any]) -> list[StageOutput]:
+    buf = bytearray(wire.encode(wire.outputs_frame(outs, 0.0)))
+    (frame,) = wire.parent_frames(buf)
+    assert isinstance(frame, wire.Outputs) and not buf
+    return wire.outputs_of(frame, state)
+
+
+def expected(i: int, first: bool, finished: bool) -> Any:
+    """What the client's payload must equal: vLLM's constructors, given the client's values."""
+    completion = va.CompletionOutput(
+        index=0,
+        text=f"t{i}",
+        token_ids=[7 + i],
+        cumulative_logprob=-0.5 * (i + 1),
+        logprobs=[{7 + i: TokenLogprob(-0.5, 1, "x"), 3: TokenLogprob(-2.0, 2, None)}],
+        finish_reason="stop" if finished else None,
+        stop_reason="." if finished else None,
+    )
+    steps = [None, {11: TokenLogprob(-1.25, 1, "hi")}] if first else None
+    return va.RequestOutput(
+        "r", "hi there", [1, 11], steps, [completion], finished, num_cached_tokens=2
+    )
+
+
+def test_the_lazy_payload_equals_the_one_vllms_constructors_build() -> None:
+    state: dict[str, Any] = {}
+    sent = [worker_output(0, True, False), worker_output(1, False, False)]
+    got = through_wire(sent, state)
+    got += through_wire([worker_output(2, False, True)], state)
+    assert state == {}  # the request's prompt, kept from its first output to its last
+    for i, out in enumerate(got):
+        assert isinstance(out.payload, va.RequestOutput)
+        assert isinstance(out.payload, va.LazyRequestOutput) and not vars(out.payload)
+        want = expected(i, i == 0, i == 2)
+        assert out.payload.request_id == "r"  # the first read builds every attribute
+        assert attributes(out.payload) == attributes(want)
+        assert out.payload.outputs[0] == want.outputs[0]
+    assert got[0].payload.prompt_logprobs[1][11].logprob == -1.25
+
+
+def test_a_lazy_payload_builds_for_repr_pickle_and_copy_as_a_plain_request_output() -> None:
+    (out,) = through_wire([worker_output(0, True, True)], {})
+    assert "hi there" in repr(out.payload)
+    (out,) = through_wire([worker_output(0, True, True)], {})
+    for clone in (pickle.loads(pickle.dumps(out.payload)), copy.copy(out.payload)):
+        assert type(clone) is va.RequestOutput
+        assert attributes(clone) == attributes(expected(0, True, True))
+    (out,) = through_wire([worker_output(0, True, True)], {})
+    assert materialize(out.payload, SharedMemoryDataPlane()) is out.payload
+    assert not vars(out.payload)  # looking for data-plane handles did not build it
+    with pytest.raises(AttributeError):
+        _ = out.payload.no_such_attribute
+
+
+def test_aborted_requests_prompt_state_is_dropped_and_a_payload_read_late_keeps_its_values() -> (
+    None
+):
+    state: dict[str, Any] = {}
+    (first,) = through_wire([worker_output(0, True, False)], state)
+    assert "r" in state
+    state.pop("r")  # what the client does at abort: a later request "r" starts afresh
+    (later,) = through_wire([worker_output(1, False, False)], state)
+    assert later.payload.prompt is None and later.payload.prompt_token_ids is None
+    assert first.payload.prompt == "hi there"  # read after the state was dropped
+
+
+def test_a_lazy_payload_crosses_the_wire_again_from_its_client() -> None:
+    state: dict[str, Any] = {}
+    (out,) = through_wire([worker_output(0, True, False)], state)
+    (again,) = through_wire([out], {})
+    assert attributes(again.payload) == attributes(expected(0, True, False))
