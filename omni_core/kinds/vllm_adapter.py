@@ -70,20 +70,20 @@ class LazyRequestOutput(RequestOutput):
     first read: most token outputs' payloads are never read (a caller reads the text and token
     ids of our own output), and vLLM's two objects per token cost more than the rest of the wire.
 
-    It is a ``RequestOutput`` (``isinstance``); its first attribute read sets every attribute
-    through vLLM's own constructors, so it then equals (attribute by attribute) the object
-    ``RequestOutput(...)`` builds. Pickled or copied, it is built first and a plain
-    ``RequestOutput`` travels.
+    It is a ``RequestOutput`` (``isinstance``); its first attribute read sets every attribute,
+    as vLLM's constructors do, so it then equals (attribute by attribute) the object
+    ``RequestOutput(...)`` builds (``vars()`` of it is empty until then). Pickled or copied, it is
+    built first and a plain ``RequestOutput`` travels.
     """
 
     __slots__ = ("_omni_fields",)
     _omni_fields: tuple[Any, ...] | None
 
-    def __init__(self, fields: tuple[Any, ...]) -> None:  # vLLM's own runs when first read
+    def __init__(self, fields: tuple[Any, ...]) -> None:  # attributes set when first read
         self._omni_fields = fields
 
     def __getattr__(self, name: str) -> Any:
-        # only reached for attributes not set yet: the first read builds them all
+        # only reached for attributes neither set nor named below (``_BuiltOnRead``)
         if name.startswith("__") or name == "_omni_fields":
             raise AttributeError(name)
         self._build()
@@ -111,16 +111,29 @@ class LazyRequestOutput(RequestOutput):
             finish_reason=reason,
             stop_reason=stop_reason,
         )
-        RequestOutput.__init__(
-            self,
-            rid,
-            prompt,
-            prompt_ids,
-            prompt_logprobs,
-            [completion],
-            finished,
+        # RequestOutput.__init__'s assignments, without its call (tests compare every attribute
+        # with the constructor's: a vLLM that adds one fails them)
+        attributes = dict(
+            request_id=rid,
+            prompt=prompt,
+            prompt_token_ids=prompt_ids,
+            prompt_logprobs=prompt_logprobs,
+            prompt_token_id_logprobs=None,
+            outputs=[completion],
+            finished=finished,
+            metrics=None,
+            lora_request=None,
+            encoder_prompt=None,
+            encoder_prompt_token_ids=None,
             num_cached_tokens=cached,
+            num_cache_creation_tokens=None,
+            kv_transfer_params=None,
+            ec_transfer_params=None,
         )
+        own = self.__dict__
+        if own:  # attributes a caller set before the first read stay as set
+            attributes.update(own)
+        own.update(attributes)
 
     def __repr__(self) -> str:
         self._build()
@@ -129,6 +142,46 @@ class LazyRequestOutput(RequestOutput):
     def __reduce__(self) -> tuple[Any, ...]:
         self._build()
         return (_plain_request_output, (dict(self.__dict__),))
+
+
+class _BuiltOnRead:
+    """A lazy payload's attribute before it is built: reading it builds them all. A non-data
+    descriptor, so once built the instance's own attributes answer directly (no exception and no
+    ``__getattr__`` call on the first read, nothing at all on later ones)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        if obj is None:
+            return self
+        obj._build()
+        try:
+            return obj.__dict__[self.name]
+        except KeyError:
+            raise AttributeError(self.name) from None
+
+
+for _name in (
+    "request_id",
+    "prompt",
+    "prompt_token_ids",
+    "prompt_logprobs",
+    "prompt_token_id_logprobs",
+    "outputs",
+    "finished",
+    "metrics",
+    "lora_request",
+    "encoder_prompt",
+    "encoder_prompt_token_ids",
+    "num_cached_tokens",
+    "num_cache_creation_tokens",
+    "kv_transfer_params",
+    "ec_transfer_params",
+):
+    setattr(LazyRequestOutput, _name, _BuiltOnRead(_name))
 
 
 def _plain_request_output(attributes: dict[str, Any]) -> RequestOutput:

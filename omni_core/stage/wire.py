@@ -278,9 +278,15 @@ def parent_frames(buf: bytearray) -> list[Outputs | Ack]:
     an incomplete frame's bytes for the next read. The parent's read path: one call per read,
     no list of bodies; a small body is decoded from a copy (cheaper than a view of it), a large
     one in place."""
-    frames: list[Outputs | Ack] = []
     decode = _TO_PARENT.decode
     size_all = len(buf)
+    if size_all >= HEADER.size:  # the common read: exactly one small frame
+        (size,) = HEADER.unpack_from(buf)
+        if size + HEADER.size == size_all and size < _LARGE:
+            frame = decode(buf[HEADER.size :])
+            buf.clear()
+            return [frame]
+    frames: list[Outputs | Ack] = []
     offset = 0
     while size_all - offset >= HEADER.size:
         (size,) = HEADER.unpack_from(buf, offset)

@@ -127,3 +127,10 @@ def test_a_lazy_payload_crosses_the_wire_again_from_its_client() -> None:
     (out,) = through_wire([worker_output(0, True, False)], state)
     (again,) = through_wire([out], {})
     assert attributes(again.payload) == attributes(expected(0, True, False))
+
+
+def test_an_attribute_set_before_the_first_read_stays_as_set() -> None:
+    (out,) = through_wire([worker_output(0, True, False)], {})
+    out.payload.finished = True
+    assert out.payload.finished is True and out.payload.outputs[0].text == "t0"
+    assert out.payload.prompt == "hi there"
