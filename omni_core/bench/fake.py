@@ -5,6 +5,11 @@ every running request (the T-th token finishes it); the batch crosses a thread b
 orchestrator loop the way a real engine's output arrives; the next step happens only after the
 orchestrator took the previous batch (at most one untaken batch per replica).
 
+Batches cross through the loop's :class:`~omni_core.stage.inbox.LoopInbox`, shared by every
+replica of every stage on that loop: the batches the replicas' threads hand over while the loop is
+busy are pushed in one loop callback, and those threads are released together once it ran (one
+wake-up of the orchestrator's thread per loop turn, not per batch).
+
 With ``final_only``, a request whose ``StageRequest.stream_outputs`` is False (nobody reads its
 deltas) gets one output at the end holding every token, as vLLM's ``FINAL_ONLY`` mode does.
 """
@@ -24,6 +29,7 @@ from omni_core.outputs import StageOutput
 from omni_core.plugin import PLUGIN_API_VERSION, hookimpl
 from omni_core.plugin.types import StageKind
 from omni_core.stage.client import OutputSink, StageContext, StageRequest
+from omni_core.stage.inbox import InboxClosed, LoopInbox
 
 OMNI_PLUGIN_API_VERSION = PLUGIN_API_VERSION
 
@@ -55,10 +61,13 @@ class FakeEngineClient:
     def __init__(self, stage_id: int, args: FakeArgs) -> None:
         self.stage_id = stage_id
         self.args = args
-        # Wake-ups of the engine thread: one token per reason (a request, an abort, a taken batch,
-        # shutdown); the thread re-checks its state after each, so extra tokens are harmless. A C
-        # queue: waking the thread costs the orchestrator loop no Python-level lock dance.
+        # Wake-ups of the idle engine thread (``_idle``: nothing to step, or a pulled batch not
+        # taken yet): one token per reason (a request, an abort, a taken batch, shutdown); the
+        # thread re-checks its state after each, so extra tokens are harmless. Tokens are put only
+        # while it is idle, so they do not pile up under load. A C queue: waking the thread costs
+        # the orchestrator loop no Python-level lock dance.
         self._wake: queue.SimpleQueue[None] = queue.SimpleQueue()
+        self._idle = False
         self._pending: list[tuple[str, bool]] = []  # (request id, final output only)
         self._aborted: set[str] = set()
         self._taken = True
@@ -66,11 +75,13 @@ class FakeEngineClient:
         self._batch: list[StageOutput] | None = None
         self._ready: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._inbox: LoopInbox | None = None
         self._thread: threading.Thread | None = None
         self._sink: OutputSink | None = None
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        self._inbox = LoopInbox.of(self._loop)
         self._ready = asyncio.Event()
         self._thread = threading.Thread(
             target=self._engine, daemon=True, name=f"fake-engine-{self.stage_id}"
@@ -86,11 +97,16 @@ class FakeEngineClient:
         handed = PROBE.handed
         deliver = self._deliver
         wait = self._wake.get
+        assert self._inbox is not None
+        post = self._inbox.post
         while True:
             if self._closed:
                 return
             if not (self._taken and (self._pending or running)):
-                wait()
+                self._idle = True  # then re-check: a request added meanwhile saw it set or not
+                if not (self._closed or (self._taken and (self._pending or running))):
+                    wait()
+                self._idle = False
                 continue
             # swap, do not clear: the loop thread may append meanwhile (to one list or the other)
             pending, self._pending = self._pending, []
@@ -135,17 +151,22 @@ class FakeEngineClient:
             if not batch:
                 self._taken = True
                 continue
-            assert self._loop is not None
             try:
-                self._loop.call_soon_threadsafe(deliver, batch)
-            except RuntimeError:
+                turn = post(deliver, batch)
+            except InboxClosed:
+                return
+            # Released with every other replica whose batch the same loop turn took. A pushed
+            # batch is taken once delivered; a pulled one when get_outputs returned it (then
+            # _taken is still False here and the loop wakes this thread again through _wake).
+            if not turn.wait():
                 return
 
     def _deliver(self, batch: list[StageOutput]) -> None:
+        """The loop's inbox drain: push the batch (routed right here) or leave it for the reader."""
         PROBE.landed[self.stage_id] = time.perf_counter_ns()
-        if self._sink is not None:  # routed right here; the engine may step again after it
+        if self._sink is not None:
             self._sink.push(batch)
-            self._release()
+            self._taken = True  # the engine steps again once the inbox opens this turn
             return
         self._batch = batch
         assert self._ready is not None
@@ -168,14 +189,16 @@ class FakeEngineClient:
         PROBE.stream_outputs.setdefault(self.stage_id, set()).add(request.stream_outputs)
         final_only = self.args.final_only and not request.stream_outputs
         self._pending.append((request.request_id, final_only))
-        self._wake.put(None)
+        if self._idle:
+            self._wake.put(None)
 
     async def add_input(self, request_id: str, prompt: Any, final: bool) -> None:
         raise NotImplementedError
 
     async def abort(self, request_ids: list[str]) -> None:
         self._aborted = self._aborted | set(request_ids)  # a new set: the engine may swap it
-        self._wake.put(None)
+        if self._idle:
+            self._wake.put(None)
 
     async def collective_rpc(
         self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -198,7 +221,8 @@ class FakeEngineClient:
 
     def _release(self) -> None:
         self._taken = True
-        self._wake.put(None)
+        if self._idle:
+            self._wake.put(None)
 
     def is_healthy(self) -> bool:
         return not self._closed

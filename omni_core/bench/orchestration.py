@@ -305,11 +305,15 @@ def bench_scaling(quick: bool) -> list[Row]:
     """Cost per output as concurrency and replicas grow, each ÷ its smallest case. Once with
     Python's default collector settings (the figures of record) and once with the engine setting
     ``gc_threshold`` at its suggested serving value: the default's full collections rescan every
-    in-flight request's state, which is what grows with C."""
+    in-flight request's state, which is what grows with C.
+
+    Replicas 1 → 8 per stage (``--quick``: 1 and 8): 3r fake engine threads in this process,
+    whose batches shrink as r grows; they reach the orchestrator through its loop's
+    :class:`~omni_core.stage.inbox.LoopInbox`, many per loop turn."""
     rows = []
     seconds = 0.5 if quick else 2.0
     cs = (64, 1024) if quick else (64, 256, 1024, 4096)
-    reps = (1, 4) if quick else (1, 2, 4, 8)
+    reps = (1, 8) if quick else (1, 2, 4, 8)
     for gc_threshold in (None, SERVING_GC_THRESHOLD):
         label = "" if gc_threshold is None else f" gc_threshold={gc_threshold}"
         first = None
