@@ -7,6 +7,11 @@ almost never suspends; when it does (an abort waiting for its acknowledgement, a
 transport) the rest of it finishes as a task, and later batches of the same replica queue behind
 it: outputs of one replica are routed in the order it produced them, as with a reader.
 
+Clients whose engines run on threads of this process hand their batches over through the loop's
+:class:`~omni_core.stage.inbox.LoopInbox`: every batch their threads handed over during one loop
+turn is pushed from one callback, each into its own replica's intake, and the threads are released
+together afterwards (one wake-up of the loop's thread per turn, not per batch).
+
 The first step of a routing runs in the pushing callback, outside any task: seams and hooks on
 that path must not need ``asyncio.current_task()`` (``asyncio.timeout()`` does; ``wait_for``
 does not), or must move such work into a task of their own.
