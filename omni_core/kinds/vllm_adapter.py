@@ -225,10 +225,13 @@ def _unpack_request_output(out: Any, fields: Any, state: dict[str, Any]) -> Requ
 
 
 # vLLM's RequestOutput crosses the stage-process wire as a few plain fields: the client builds it
-register_codec(PayloadCodec(__name__, RequestOutput, _pack_request_output, _unpack_request_output))
-register_codec(
-    PayloadCodec(__name__, LazyRequestOutput, _pack_request_output, _unpack_request_output)
-)
+# (no data-plane handle inside: the client does not look for any)
+for _type in (RequestOutput, LazyRequestOutput):
+    register_codec(
+        PayloadCodec(
+            __name__, _type, _pack_request_output, _unpack_request_output, holds_handles=False
+        )
+    )
 
 __all__ = [
     "CompletionOutput",

@@ -28,6 +28,7 @@ from omni_core.stage.client import StageRequest
 from omni_core.stage.dataplane import SharedMemoryDataPlane, materialize
 from omni_core.stage.local import LocalStageClient
 from omni_core.stage.wire import (
+    HANDLE_FREE,
     HEADER,
     Ack,
     Call,
@@ -152,8 +153,9 @@ class ProcessStageClient(LocalStageClient):
         if type(frame) is Outputs:
             self.compute_s += frame.compute_s
             for out in outputs_of(frame, self._codec_state):
-                if out.payload is not None:
-                    out.payload = materialize(out.payload, self._plane)
+                payload = out.payload
+                if payload is not None and type(payload) not in HANDLE_FREE:
+                    out.payload = materialize(payload, self._plane)
                 if out.hidden_states is not None:
                     materialize(out.hidden_states, self._plane)
                 self._outbox.append(out)

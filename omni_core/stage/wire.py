@@ -99,7 +99,8 @@ class PayloadCodec:
     client) rebuilds the payload from them and the output; ``state`` is a dict the client keeps
     per replica, keyed by request id (dropped at abort; e.g. a request's prompt ids, sent once).
     Register with :func:`register_codec` in the module named ``name``: the client imports that
-    module when it first meets the codec."""
+    module when it first meets the codec. ``holds_handles=False`` says the rebuilt payload never
+    holds a data-plane handle: the client then skips looking for any in it (per token)."""
 
     def __init__(
         self,
@@ -107,8 +108,10 @@ class PayloadCodec:
         payload_type: type,
         pack: Callable[[StageOutput], Any],
         unpack: Callable[[StageOutput, Any, dict[str, Any]], Any],
+        holds_handles: bool = True,
     ) -> None:
         self.name = name
+        self.holds_handles = holds_handles
         self.payload_type = payload_type
         self.pack = pack
         self.unpack = unpack
@@ -139,9 +142,15 @@ _CODECS: dict[str, PayloadCodec] = {}
 _CODEC_BY_TYPE: dict[type, PayloadCodec] = {}
 
 
+# Payload types in which the client need not look for data-plane handles (``materialize``).
+HANDLE_FREE: set[type] = {str, int, float, bool}
+
+
 def register_codec(codec: PayloadCodec) -> None:
     _CODECS[codec.name] = codec
     _CODEC_BY_TYPE[codec.payload_type] = codec
+    if not codec.holds_handles:
+        HANDLE_FREE.add(codec.payload_type)
 
 
 def _codec(name: str) -> PayloadCodec:
@@ -425,6 +434,7 @@ __all__ = [
     "EXT_ARRAY",
     "EXT_HANDLE",
     "EXT_PICKLE",
+    "HANDLE_FREE",
     "HEADER",
     "Ack",
     "Add",

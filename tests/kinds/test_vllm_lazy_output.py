@@ -134,3 +134,10 @@ def test_an_attribute_set_before_the_first_read_stays_as_set() -> None:
     out.payload.finished = True
     assert out.payload.finished is True and out.payload.outputs[0].text == "t0"
     assert out.payload.prompt == "hi there"
+
+
+def test_the_client_looks_for_data_plane_handles_in_audio_not_in_request_outputs() -> None:
+    from omni_core.media import AudioChunk
+
+    assert {va.RequestOutput, va.LazyRequestOutput} <= wire.HANDLE_FREE
+    assert AudioChunk not in wire.HANDLE_FREE
