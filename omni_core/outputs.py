@@ -103,7 +103,7 @@ class TokenLogprob(msgspec.Struct, array_like=True, gc=False):
     decoded_token: str | None = None
 
 
-class StageOutput(msgspec.Struct, kw_only=True, gc=False, array_like=True, omit_defaults=True):
+class StageOutput(msgspec.Struct, kw_only=True, gc=False, array_like=True):
     """One output of a stage replica for one request: a delta, as a streaming engine emits it.
 
     ``token_ids`` and ``text`` are the *new* tokens/text. ``payload`` is the engine's own object
@@ -118,7 +118,7 @@ class StageOutput(msgspec.Struct, kw_only=True, gc=False, array_like=True, omit_
     (``gc=False``: one output per token would otherwise drive most collections); nothing in
     omni-core makes a reference cycle through one, and a payload must not either. It crosses the
     stage-process wire as it is (:mod:`omni_core.stage.wire`): a MessagePack array of its fields,
-    trailing defaults left out, decoded straight into this type.
+    decoded straight into this type (``array_like``).
     """
 
     request_id: str

@@ -67,33 +67,33 @@ def _pack_request_output(out: Any) -> Any:
 
 class LazyRequestOutput(RequestOutput):
     """vLLM's ``RequestOutput`` of one output received over the stage-process wire, built when
-    first read: most token outputs' payloads are never read (a caller reads the text and token
+    first used: most token outputs' payloads are never read (a caller reads the text and token
     ids of our own output), and vLLM's two objects per token cost more than the rest of the wire.
 
-    It is a ``RequestOutput`` (``isinstance``); its first attribute read sets every attribute,
-    as vLLM's constructors do, so it then equals (attribute by attribute) the object
-    ``RequestOutput(...)`` builds (``vars()`` of it is empty until then). Pickled or copied, it is
-    built first and a plain ``RequestOutput`` travels.
+    It is a ``RequestOutput`` (``isinstance``). The first read or write of one of its attributes
+    (or ``repr``, pickling, copying) builds it: vLLM's own constructors set every attribute and
+    the object becomes a plain ``RequestOutput`` (its class is switched), equal attribute by
+    attribute to the one ``RequestOutput(...)`` builds, with no lazy machinery left on it. Until
+    then ``vars()`` of it holds only the fields it is built from.
     """
 
-    __slots__ = ("_omni_fields",)
-    _omni_fields: tuple[Any, ...] | None
+    _omni_fields: tuple[Any, ...]
 
-    def __init__(self, fields: tuple[Any, ...]) -> None:  # attributes set when first read
+    def __init__(self, fields: tuple[Any, ...]) -> None:  # attributes set when first used
         self._omni_fields = fields
 
     def __getattr__(self, name: str) -> Any:
-        # only reached for attributes neither set nor named below (``_BuiltOnRead``)
+        # only reached for attributes neither set nor named below (``_BuiltOnUse``)
         if name.startswith("__") or name == "_omni_fields":
             raise AttributeError(name)
         self._build()
-        return object.__getattribute__(self, name)
+        return getattr(self, name)
 
     def _build(self) -> None:
+        """Become the plain ``RequestOutput`` (only ever called on an unbuilt one)."""
         fields = self._omni_fields
-        if fields is None:
-            return
-        self._omni_fields = None
+        del self._omni_fields
+        self.__class__ = RequestOutput
         rid, text, token_ids, logprobs, reason, finished, packed, prompt, prompt_ids = fields
         _, cumulative, stop_reason, cached, packed_steps = packed
         prompt_logprobs = None
@@ -111,43 +111,30 @@ class LazyRequestOutput(RequestOutput):
             finish_reason=reason,
             stop_reason=stop_reason,
         )
-        # RequestOutput.__init__'s assignments, without its call (tests compare every attribute
-        # with the constructor's: a vLLM that adds one fails them)
-        attributes = dict(
-            request_id=rid,
-            prompt=prompt,
-            prompt_token_ids=prompt_ids,
-            prompt_logprobs=prompt_logprobs,
-            prompt_token_id_logprobs=None,
-            outputs=[completion],
-            finished=finished,
-            metrics=None,
-            lora_request=None,
-            encoder_prompt=None,
-            encoder_prompt_token_ids=None,
+        RequestOutput.__init__(
+            self,
+            rid,
+            prompt,
+            prompt_ids,
+            prompt_logprobs,
+            [completion],
+            finished,
             num_cached_tokens=cached,
-            num_cache_creation_tokens=None,
-            kv_transfer_params=None,
-            ec_transfer_params=None,
         )
-        own = self.__dict__
-        if own:  # attributes a caller set before the first read stay as set
-            attributes.update(own)
-        own.update(attributes)
 
     def __repr__(self) -> str:
         self._build()
-        return super().__repr__()
+        return repr(self)
 
-    def __reduce__(self) -> tuple[Any, ...]:
+    def __reduce__(self) -> str | tuple[Any, ...]:
         self._build()
-        return (_plain_request_output, (dict(self.__dict__),))
+        return self.__reduce_ex__(2)  # now vLLM's class: pickled (copied) as a plain one
 
 
-class _BuiltOnRead:
-    """A lazy payload's attribute before it is built: reading it builds them all. A non-data
-    descriptor, so once built the instance's own attributes answer directly (no exception and no
-    ``__getattr__`` call on the first read, nothing at all on later ones)."""
+class _BuiltOnUse:
+    """An attribute of an unbuilt :class:`LazyRequestOutput`: reading or writing it builds the
+    object first (a data descriptor of the lazy class only: once built, the object's class is
+    vLLM's and its attributes are plain ones)."""
 
     __slots__ = ("name",)
 
@@ -158,10 +145,15 @@ class _BuiltOnRead:
         if obj is None:
             return self
         obj._build()
-        try:
-            return obj.__dict__[self.name]
-        except KeyError:
-            raise AttributeError(self.name) from None
+        return getattr(obj, self.name)
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        obj._build()
+        setattr(obj, self.name, value)
+
+    def __delete__(self, obj: Any) -> None:
+        obj._build()
+        delattr(obj, self.name)
 
 
 for _name in (
@@ -181,19 +173,10 @@ for _name in (
     "kv_transfer_params",
     "ec_transfer_params",
 ):
-    setattr(LazyRequestOutput, _name, _BuiltOnRead(_name))
-
-
-def _plain_request_output(attributes: dict[str, Any]) -> RequestOutput:
-    """A plain ``RequestOutput`` with these attributes (a built :class:`LazyRequestOutput`)."""
-    ro = RequestOutput.__new__(RequestOutput)
-    ro.__dict__.update(attributes)
-    return ro
-
+    setattr(LazyRequestOutput, _name, _BuiltOnUse(_name))
 
 _NO_PROMPT = (None, None)
 _new = object.__new__
-_set_fields = LazyRequestOutput.__dict__["_omni_fields"].__set__
 
 
 def _unpack_request_output(out: Any, fields: Any, state: dict[str, Any]) -> RequestOutput:
@@ -206,20 +189,17 @@ def _unpack_request_output(out: Any, fields: Any, state: dict[str, Any]) -> Requ
         prompt, prompt_ids = state.pop(rid, _NO_PROMPT)
     else:
         prompt, prompt_ids = state.get(rid, _NO_PROMPT)
-    ro = _new(LazyRequestOutput)  # no __init__ call: the slot is set directly (per token)
-    _set_fields(
-        ro,
-        (
-            rid,
-            out.text,
-            out.token_ids,
-            out.logprobs,
-            out.finish_reason,
-            out.finished,
-            fields,
-            prompt,
-            prompt_ids,
-        ),
+    ro = _new(LazyRequestOutput)  # (no __init__ call per token)
+    ro._omni_fields = (
+        rid,
+        out.text,
+        out.token_ids,
+        out.logprobs,
+        out.finish_reason,
+        out.finished,
+        fields,
+        prompt,
+        prompt_ids,
     )
     return ro
 

@@ -88,9 +88,11 @@ def test_the_lazy_payload_equals_the_one_vllms_constructors_build() -> None:
     assert state == {}  # the request's prompt, kept from its first output to its last
     for i, out in enumerate(got):
         assert isinstance(out.payload, va.RequestOutput)
-        assert isinstance(out.payload, va.LazyRequestOutput) and not vars(out.payload)
+        assert type(out.payload) is va.LazyRequestOutput
+        assert list(vars(out.payload)) == ["_omni_fields"]
         want = expected(i, i == 0, i == 2)
         assert out.payload.request_id == "r"  # the first read builds every attribute
+        assert type(out.payload) is va.RequestOutput  # plain vLLM from then on
         assert attributes(out.payload) == attributes(want)
         assert out.payload.outputs[0] == want.outputs[0]
     assert got[0].payload.prompt_logprobs[1][11].logprob == -1.25
@@ -105,7 +107,7 @@ def test_a_lazy_payload_builds_for_repr_pickle_and_copy_as_a_plain_request_outpu
         assert attributes(clone) == attributes(expected(0, True, True))
     (out,) = through_wire([worker_output(0, True, True)], {})
     assert materialize(out.payload, SharedMemoryDataPlane()) is out.payload
-    assert not vars(out.payload)  # looking for data-plane handles did not build it
+    assert type(out.payload) is va.LazyRequestOutput  # looking for handles did not build it
     with pytest.raises(AttributeError):
         _ = out.payload.no_such_attribute
 
@@ -141,3 +143,10 @@ def test_the_client_looks_for_data_plane_handles_in_audio_not_in_request_outputs
 
     assert {va.RequestOutput, va.LazyRequestOutput} <= wire.HANDLE_FREE
     assert AudioChunk not in wire.HANDLE_FREE
+
+
+def test_a_write_or_delete_before_the_first_read_builds_first() -> None:
+    (out,) = through_wire([worker_output(0, True, False)], {})
+    del out.payload.metrics
+    assert type(out.payload) is va.RequestOutput and not hasattr(out.payload, "metrics")
+    assert out.payload.prompt == "hi there"
