@@ -8,6 +8,7 @@ a new vLLM, this module is the one to port. Imported only inside ``vllm`` stage 
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine core in this process
@@ -90,10 +91,14 @@ class LazyRequestOutput(RequestOutput):
         return getattr(self, name)
 
     def _build(self) -> None:
-        """Become the plain ``RequestOutput`` (only ever called on an unbuilt one)."""
-        fields = self._omni_fields
-        del self._omni_fields
-        self.__class__ = RequestOutput
+        """Become the plain ``RequestOutput``. Built aside, then its attributes and class are
+        set: a thread reading the same payload meanwhile (a bridge in the orchestrator thread,
+        a caller in its own) waits for that instead of seeing a half-built object."""
+        fields = self.__dict__.pop("_omni_fields", None)  # atomic: exactly one thread builds
+        if fields is None:  # another thread is building it
+            while type(self) is LazyRequestOutput:
+                time.sleep(0)
+            return
         rid, text, token_ids, logprobs, reason, finished, packed, prompt, prompt_ids = fields
         _, cumulative, stop_reason, cached, packed_steps = packed
         prompt_logprobs = None
@@ -111,8 +116,7 @@ class LazyRequestOutput(RequestOutput):
             finish_reason=reason,
             stop_reason=stop_reason,
         )
-        RequestOutput.__init__(
-            self,
+        built = RequestOutput(
             rid,
             prompt,
             prompt_ids,
@@ -121,6 +125,8 @@ class LazyRequestOutput(RequestOutput):
             finished,
             num_cached_tokens=cached,
         )
+        self.__dict__.update(built.__dict__)
+        self.__class__ = RequestOutput
 
     def __repr__(self) -> str:
         self._build()

@@ -150,3 +150,37 @@ def test_a_write_or_delete_before_the_first_read_builds_first() -> None:
     del out.payload.metrics
     assert type(out.payload) is va.RequestOutput and not hasattr(out.payload, "metrics")
     assert out.payload.prompt == "hi there"
+
+
+def test_two_threads_reading_one_payload_both_see_it_whole(monkeypatch) -> None:
+    """A bridge (orchestrator thread) and a caller (its own thread) may read one payload at
+    once: the second reader waits for the first one's build, never sees a half-built object."""
+    import threading
+    import time
+
+    (out,) = through_wire([worker_output(0, True, False)], {})
+    entered, release = threading.Event(), threading.Event()
+    real = va.CompletionOutput
+
+    def slow_completion(*args: Any, **kwargs: Any) -> Any:  # the first build, held midway
+        entered.set()
+        assert release.wait(5)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(va, "CompletionOutput", slow_completion)
+    seen: dict[str, Any] = {}
+
+    def read(name: str) -> None:
+        seen[name] = (out.payload.prompt, out.payload.outputs[0].text)
+
+    first = threading.Thread(target=read, args=("first",))
+    first.start()
+    assert entered.wait(5)
+    second = threading.Thread(target=read, args=("second",))
+    second.start()
+    time.sleep(0.05)
+    assert seen == {}  # the second reader waits for the build
+    release.set()
+    first.join(5)
+    second.join(5)
+    assert seen == {"first": ("hi there", "t0"), "second": ("hi there", "t0")}
