@@ -52,6 +52,7 @@ PUBLIC_MODULES: frozenset[str] = frozenset(
         "omni_core.config.pipeline",  # PipelineConfig, StageConfig, InputEdge
         "omni_core.stage.client",  # StageClient, StageContext, StageRequest: stage kinds
         "omni_core.stage.local",  # LocalStageClient: in-process stage kinds
+        "omni_core.stage.inbox",  # LoopInbox: engine threads' hand-over to the orchestrator loop
         "omni_core.stage.process",  # ProcessStageClient: stage kinds in a process of their own
         "omni_core.stage.worker",  # WorkerEngine, error_output: the engine in that process
         "omni_core.kinds.torch_kind",  # the torch kind's engine API (docs/stages.md)
