@@ -23,9 +23,7 @@ def test_training_is_deterministic_and_round_trips_text():
     assert first.encode("12").ids == [first.token_to_id("1"), first.token_to_id("2")]  # digits
 
 
-def test_packaged_checksums_reads_the_package_file_and_refuses_other_shapes(
-    tmp_path, monkeypatch
-):
+def test_packaged_checksums_reads_the_package_file_and_refuses_other_shapes(tmp_path, monkeypatch):
     package = tmp_path / "tinypkg"
     package.mkdir()
     (package / "__init__.py").write_text("")
