@@ -16,6 +16,10 @@ import threading
 from multiprocessing.connection import Connection
 from typing import Any
 
+from omni_core.bench.orchestration import CheckFailed
+
+WATCH_S = 0.5  # how often the driver checks that the chain's processes still run
+
 THREAD_ENV = {  # as the vllm kind's stage processes get (omni_core.kinds.vllm_kind.thread_env)
     "OMP_NUM_THREADS": "1",
     "MKL_NUM_THREADS": "1",
@@ -111,6 +115,9 @@ class HandChain:
         self.waiting: dict[str, asyncio.Future[Any]] = {}
         self.loop: asyncio.AbstractEventLoop | None = None
         self.reader: threading.Thread | None = None
+        self.closed = threading.Event()
+        self.failure: CheckFailed | None = None
+        threading.Thread(target=self._watch, daemon=True, name="chain-watchdog").start()
 
     @property
     def pids(self) -> list[int]:
@@ -129,19 +136,49 @@ class HandChain:
             if fut is not None and self.loop is not None:
                 self.loop.call_soon_threadsafe(fut.set_result, audio)
 
+    def _watch(self) -> None:
+        """A chain process that exits (its engine failed to load, it crashed) fails the requests
+        waiting and every later one, instead of leaving the bench waiting forever."""
+        while not self.closed.wait(WATCH_S):
+            dead = [p for p in self.procs if p.exitcode is not None]
+            if dead:
+                names = ", ".join(f"{p.name} (exit code {p.exitcode})" for p in dead)
+                self.failure = CheckFailed(f"hand-wired chain: process {names} exited")
+                self._fail_waiting()
+                return
+
+    def _fail_waiting(self) -> None:
+        loop, failure = self.loop, self.failure
+        if loop is None or failure is None:
+            return
+        for rid in list(self.waiting):
+            fut = self.waiting.pop(rid, None)
+            if fut is not None:
+                loop.call_soon_threadsafe(_fail, fut, failure)
+
     async def run(self, rid: str, prompt: list[int]) -> Any:
+        if self.failure is not None:
+            raise self.failure
         self.loop = asyncio.get_running_loop()  # each asyncio.run of the bench has its own
         if self.reader is None:
             self.reader = threading.Thread(target=self._read, daemon=True)
             self.reader.start()
         fut = asyncio.get_running_loop().create_future()
         self.waiting[rid] = fut
+        if self.failure is not None:  # the watchdog may have failed the others meanwhile
+            self._fail_waiting()
         self.to_thinker.send((rid, prompt))
         return await fut
 
     def close(self) -> None:
+        self.closed.set()
         self.to_thinker.send(None)
         for proc in self.procs:
             proc.join(timeout=5)
             if proc.is_alive():
                 proc.kill()
+
+
+def _fail(fut: asyncio.Future[Any], failure: CheckFailed) -> None:
+    if not fut.done():
+        fut.set_exception(failure)

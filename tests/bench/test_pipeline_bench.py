@@ -52,3 +52,24 @@ def test_cpu_of_a_busy_process_counts_its_threads_time():
     while time.perf_counter() < end:
         pass
     assert cpu_s([os.getpid()]) - before >= 0.03
+
+
+def test_a_chain_process_that_exits_fails_the_bench_instead_of_hanging(tmp_path):
+    """A hand-wired chain whose engines cannot load (no model there): its processes exit, and the
+    request waiting on them fails with a CheckFailed naming them (the bench exits 1, not hang)."""
+    pytest.importorskip("vllm")
+    from omni_core.bench.chain import HandChain
+
+    missing = str(tmp_path / "no-model")
+    chain = HandChain(missing, missing, missing, {})
+    try:
+
+        async def one() -> None:
+            await asyncio.wait_for(chain.run("r0", [1, 2, 3]), timeout=120)
+
+        with pytest.raises(CheckFailed, match=r"hand-wired chain: process .* exited"):
+            asyncio.run(one())
+        with pytest.raises(CheckFailed):  # and every later request, at once
+            asyncio.run(one())
+    finally:
+        chain.close()
