@@ -43,6 +43,10 @@ steps), each optional. ``omni run --size/--steps`` and ``/v1/images/generations`
 its own options (a bad value fails the request with a 400 naming the field)."""
 
 
+def _is_number(text: str) -> bool:
+    return text.isascii() and text.isdigit()
+
+
 def image_options(
     size: str | None = None, steps: int | None = None, *, where: str = "size"
 ) -> dict[str, int]:
@@ -52,7 +56,7 @@ def image_options(
     options: dict[str, int] = {}
     if size is not None:
         width, _, height = size.lower().partition("x")
-        if not (width.isdigit() and height.isdigit()):
+        if not (_is_number(width) and _is_number(height)):
             raise ValueError(f"{where} {size}: expected WIDTHxHEIGHT, e.g. 256x256")
         options.update(width=int(width), height=int(height))
     if steps is not None:

@@ -94,37 +94,18 @@ class LazyRequestOutput(RequestOutput):
         """Become the plain ``RequestOutput``. Built aside, then its attributes and class are
         set: a thread reading the same payload meanwhile (a bridge in the orchestrator thread,
         a caller in its own) waits for that instead of seeing a half-built object."""
-        fields = self.__dict__.pop("_omni_fields", None)  # atomic: exactly one thread builds
-        if fields is None:  # another thread is building it
-            while type(self) is LazyRequestOutput:
-                time.sleep(0)
-            return
-        rid, text, token_ids, logprobs, reason, finished, packed, prompt, prompt_ids = fields
-        _, cumulative, stop_reason, cached, packed_steps = packed
-        prompt_logprobs = None
-        if packed_steps is not None:
-            prompt_logprobs = [
-                None if c is None else {int(t): TokenLogprob(*v) for t, v in c.items()}
-                for c in packed_steps
-            ]
-        completion = CompletionOutput(
-            index=0,
-            text=text,
-            token_ids=token_ids,
-            cumulative_logprob=cumulative,
-            logprobs=logprobs,
-            finish_reason=reason,
-            stop_reason=stop_reason,
-        )
-        built = RequestOutput(
-            rid,
-            prompt,
-            prompt_ids,
-            prompt_logprobs,
-            [completion],
-            finished,
-            num_cached_tokens=cached,
-        )
+        while True:
+            fields = self.__dict__.pop("_omni_fields", None)  # atomic: one thread builds
+            if fields is not None:
+                break
+            if type(self) is not LazyRequestOutput:
+                return  # another thread built it
+            time.sleep(0)  # another thread is building it (or failed to: then it is ours)
+        try:
+            built = _request_output(fields)
+        except BaseException:  # the next use tries again (and raises again) instead of waiting
+            self.__dict__["_omni_fields"] = fields
+            raise
         self.__dict__.update(built.__dict__)
         self.__class__ = RequestOutput
 
@@ -135,6 +116,36 @@ class LazyRequestOutput(RequestOutput):
     def __reduce__(self) -> str | tuple[Any, ...]:
         self._build()
         return self.__reduce_ex__(2)  # now vLLM's class: pickled (copied) as a plain one
+
+
+def _request_output(fields: tuple[Any, ...]) -> RequestOutput:
+    """vLLM's ``RequestOutput`` (and its ``CompletionOutput``) of a lazy payload's fields."""
+    rid, text, token_ids, logprobs, reason, finished, packed, prompt, prompt_ids = fields
+    _, cumulative, stop_reason, cached, packed_steps = packed
+    prompt_logprobs = None
+    if packed_steps is not None:
+        prompt_logprobs = [
+            None if c is None else {int(t): TokenLogprob(*v) for t, v in c.items()}
+            for c in packed_steps
+        ]
+    completion = CompletionOutput(
+        index=0,
+        text=text,
+        token_ids=token_ids,
+        cumulative_logprob=cumulative,
+        logprobs=logprobs,
+        finish_reason=reason,
+        stop_reason=stop_reason,
+    )
+    return RequestOutput(
+        rid,
+        prompt,
+        prompt_ids,
+        prompt_logprobs,
+        [completion],
+        finished,
+        num_cached_tokens=cached,
+    )
 
 
 class _BuiltOnUse:

@@ -158,6 +158,8 @@ class ProcessStageClient(LocalStageClient):
                     out.payload = materialize(payload, self._plane)
                 if out.hidden_states is not None:
                     materialize(out.hidden_states, self._plane)
+                if out.finished and self._codec_state:  # e.g. an error output: no codec ran
+                    self._codec_state.pop(out.request_id, None)
                 self._outbox.append(out)
         elif type(frame) is Ack:
             fut = self._calls.pop(frame.call_id, None)

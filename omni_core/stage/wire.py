@@ -408,7 +408,12 @@ def outputs_frame(outs: list[StageOutput], compute_s: float) -> Outputs:
                     payload = _UNPACKED
             elif type(payload) not in _NATIVE:
                 payload = _UNPACKED
-        if payload is not _UNPACKED and out.hidden_states is None and out.text is not None:
+        if (
+            payload is not _UNPACKED
+            and out.hidden_states is None
+            and out.text is not None
+            and type(out.token_ids) is list
+        ):
             continue  # crosses as it is
         if sent is outs:
             sent = list(outs)

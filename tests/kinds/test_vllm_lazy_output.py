@@ -184,3 +184,34 @@ def test_two_threads_reading_one_payload_both_see_it_whole(monkeypatch) -> None:
     first.join(5)
     second.join(5)
     assert seen == {"first": ("hi there", "t0"), "second": ("hi there", "t0")}
+
+
+def test_a_build_that_fails_raises_on_every_use_and_never_hangs(monkeypatch) -> None:
+    (out,) = through_wire([worker_output(0, True, False)], {})
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("vLLM changed its constructor")
+
+    monkeypatch.setattr(va, "CompletionOutput", broken)
+    for _ in range(2):  # the fields are kept: the next use tries again instead of waiting
+        with pytest.raises(RuntimeError, match="constructor"):
+            _ = out.payload.outputs
+    monkeypatch.undo()
+    assert out.payload.outputs[0].text == "t0" and type(out.payload) is va.RequestOutput
+
+
+def test_a_request_ending_without_a_payload_drops_its_codec_state_in_the_client() -> None:
+    """A request whose first output kept its prompt in the client's codec state and that then
+    fails (an error output: no RequestOutput, so the codec never sees its end) leaves nothing
+    behind in the replica's client."""
+    from omni_core.stage.process import ProcessStageClient
+    from omni_core.stage.worker import error_output
+
+    client = ProcessStageClient("stage 'x' replica 0", {})
+    first = wire.outputs_frame([worker_output(0, True, False)], 0.0)
+    client._on_frame(wire.parent_frames(bytearray(wire.encode(first)))[0])
+    assert "r" in client._codec_state
+    failed = wire.outputs_frame([error_output("r", RuntimeError("boom"))], 0.0)
+    client._on_frame(wire.parent_frames(bytearray(wire.encode(failed)))[0])
+    assert client._codec_state == {}
+    assert [o.finished for o in client._outbox] == [False, True]

@@ -187,6 +187,7 @@ def test_outputs_cross_as_they_are_and_only_those_that_need_packing_are_copied()
         StageOutput(request_id="object", payload=Blob(3)),
         StageOutput(request_id="coded", payload=Point(8), hidden_states=hidden),
         StageOutput(request_id="tuple-ids", token_ids=(4, 5)),  # type: ignore[arg-type]
+        StageOutput(request_id="range-ids", token_ids=range(6, 8)),  # type: ignore[arg-type]
     ]
     frame = wire.outputs_frame(outs, 0.0)
     assert frame.outputs[0] is outs[0] and frame.outputs[1] is not outs[1]
@@ -202,6 +203,7 @@ def test_outputs_cross_as_they_are_and_only_those_that_need_packing_are_copied()
     assert back[4].hidden_states is not None
     assert back[4].hidden_states.layers["final"].tolist() == [[1.0, 1.0]]
     assert back[5].token_ids == [4, 5]
+    assert back[6].token_ids == [6, 7]  # any sequence of ints crosses as a list
 
 
 def test_parent_frames_decode_every_complete_frame_in_place_and_keep_the_rest() -> None:
