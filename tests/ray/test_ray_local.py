@@ -170,11 +170,19 @@ def test_descendants_follow_the_whole_tree():
     shell = subprocess.Popen(["sh", "-c", "sleep 30 & (sleep 30; true) & wait"])
     try:
         deadline = time.monotonic() + 10
-        while len(found := descendants(shell.pid)) < 3 and time.monotonic() < deadline:
+
+        def names(pids: list[int]) -> list[str]:
+            return sorted(psutil.Process(pid).name() for pid in pids)
+
+        # until both forks exec'd sleep (a fork is named "sh" until then)
+        while time.monotonic() < deadline:
+            found = descendants(shell.pid)
+            if len(found) == 3 and names(found) == ["sh", "sleep", "sleep"]:
+                break
             time.sleep(0.05)
         # two sleeps and the subshell between the shell and one of them
         assert len(found) == 3
-        assert sorted(psutil.Process(pid).name() for pid in found) == ["sh", "sleep", "sleep"]
+        assert names(found) == ["sh", "sleep", "sleep"]
         assert shell.pid not in found
     finally:
         for pid in descendants(shell.pid):
