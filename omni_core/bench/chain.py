@@ -148,13 +148,17 @@ class HandChain:
                 return
 
     def _fail_waiting(self) -> None:
-        loop, failure = self.loop, self.failure
-        if loop is None or failure is None:
+        failure = self.failure
+        if failure is None:
             return
         for rid in list(self.waiting):
             fut = self.waiting.pop(rid, None)
-            if fut is not None:
-                loop.call_soon_threadsafe(_fail, fut, failure)
+            if fut is None:
+                continue
+            try:  # on the loop of the run that made it (an earlier run's may be closed)
+                fut.get_loop().call_soon_threadsafe(_fail, fut, failure)
+            except RuntimeError:
+                pass  # that run is over: nobody waits on it
 
     async def run(self, rid: str, prompt: list[int]) -> Any:
         if self.failure is not None:
