@@ -40,8 +40,8 @@ def register(app: typer.Typer, state: CliState) -> None:
         first: ConfigError | None = None
         for file in files:
             try:
-                resolved = resolve_pipeline(
-                    file if is_existing_path(file) else str(file), state.host
+                resolved = resolve_pipeline(  # a dotted-path bridge is located, not imported
+                    file if is_existing_path(file) else str(file), state.host, import_bridges=False
                 )
             except ConfigError as exc:
                 problems.extend(exc.problems)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,7 +74,15 @@ def shorten(text: str, limit: int = 120) -> str:
     return text if len(text) <= limit else f"{text[: limit - 3]}..."
 
 
-def resolve_pipeline(pipeline: str | Path | PipelineConfig, host: PluginHost) -> ResolvedPipeline:
+def resolve_pipeline(
+    pipeline: str | Path | PipelineConfig, host: PluginHost, *, import_bridges: bool = True
+) -> ResolvedPipeline:
+    """Check ``pipeline`` against what plugins registered and bind its kinds, args and bridges.
+
+    ``import_bridges=False`` (``omni config validate``): a dotted-path bridge is located without
+    executing any module (a config file does not run code when it is checked) and bound to an
+    :class:`UnimportedBridge`; it is imported when the pipeline runs.
+    """
     config = load_pipeline(pipeline, host)
     problems: list[str] = []
     src = config.source
@@ -125,7 +134,10 @@ def resolve_pipeline(pipeline: str | Path | PipelineConfig, host: PluginHost) ->
             problems.extend(_model_problems(exc, label, prefix="engine_args."))
             continue
         try:
-            bridge = _resolve_bridge(stage.bridge, bridges)
+            if import_bridges:
+                bridge = _resolve_bridge(stage.bridge, bridges)
+            else:
+                bridge = _check_bridge(stage.bridge, bridges)
         except ConfigError as exc:
             problems.extend(f"{label}: field 'bridge': {p}" for p in exc.problems)
             continue
@@ -155,6 +167,61 @@ def _resolve_bridge(name: str | None, bridges: dict[str, Any]) -> Callable[..., 
         return func  # type: ignore[no-any-return,unused-ignore]
     known = ", ".join(sorted(bridges)) or "none"
     raise ConfigError([f"unknown bridge '{name}' (registered: {known}; or give a dotted path)"])
+
+
+@dataclass(frozen=True)
+class UnimportedBridge:
+    """A dotted-path bridge that was located but not imported (``omni config validate``)."""
+
+    path: str
+
+    def __call__(self, *args: Any) -> Any:
+        raise ConfigError([f"bridge '{self.path}' was checked, not imported (validation only)"])
+
+
+def _check_bridge(name: str | None, bridges: dict[str, Any]) -> Callable[..., Any]:
+    """What :func:`_resolve_bridge` finds, without importing a dotted path's module: its module
+    must be locatable (no module code runs), its attribute is checked when it is imported."""
+    if name is None or name in bridges or (":" not in name and "." not in name):
+        return _resolve_bridge(name, bridges)  # registered (or unknown): nothing is imported
+    module_name, _, attr = name.replace(":", ".").rpartition(".")
+    if not attr.isidentifier() or not all(p.isidentifier() for p in module_name.split(".")):
+        raise ConfigError([f"'{name}' is not a registered bridge or a dotted path 'pkg.mod:func'"])
+    if not module_locatable(module_name):
+        raise ConfigError([f"cannot import '{name}': no module named '{module_name}'"])
+    return UnimportedBridge(name)
+
+
+def module_locatable(name: str) -> bool:
+    """Whether module ``name`` can be found, asking the import system's finders only: unlike
+    :func:`importlib.util.find_spec`, no parent package is imported, so no module code runs."""
+    path: Any = None
+    parts = name.split(".")
+    for depth in range(1, len(parts) + 1):
+        full = ".".join(parts[:depth])
+        module = sys.modules.get(full)
+        if module is not None:
+            locations = getattr(module, "__path__", None)
+        else:
+            spec = None
+            for finder in sys.meta_path:
+                find_spec = getattr(finder, "find_spec", None)
+                if find_spec is None:
+                    continue
+                try:
+                    spec = find_spec(full, path)
+                except (ImportError, ValueError, OSError):
+                    spec = None
+                if spec is not None:
+                    break
+            if spec is None:
+                return False
+            locations = spec.submodule_search_locations
+        if depth < len(parts):
+            if locations is None:  # not a package: it has no submodules
+                return False
+            path = list(locations)
+    return True
 
 
 def _model_problems(exc: ValidationError, label: str, prefix: str) -> list[str]:

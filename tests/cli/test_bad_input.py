@@ -142,3 +142,27 @@ def test_log_level_is_case_insensitive():
 def test_bare_group_still_shows_its_help():
     result = omni("config")
     assert result.returncode == 2 and "validate" in result.stderr + result.stdout
+
+
+def test_config_validate_does_not_import_a_bridge_module(tmp_path):
+    """A config's dotted-path bridge is located, not imported: its import side effect (a marker
+    file) does not happen at validation; an unregistered bridge name is bad input."""
+    marker = tmp_path / "imported"
+    (tmp_path / "sfx_bridge.py").write_text(
+        f"import pathlib\npathlib.Path({str(marker)!r}).write_text('ran')\n"
+        "def make(sources, prompt, params):\n    return 'x'\n"
+    )
+    path = tmp_path / "p.yaml"
+    chain = "name: x\nstages:\n  - {id: 0, name: a, kind: scripted}\n"
+    path.write_text(
+        chain + "  - {id: 1, name: b, kind: scripted, inputs: [0], final_output: true,"
+        " bridge: 'sfx_bridge:make'}\n"
+    )
+    result = omni("config", "validate", str(path), env={"PYTHONPATH": str(tmp_path)})
+    assert result.returncode == 0, result.stderr
+    assert "ok (2 stages)" in result.stdout
+    assert not marker.exists()
+    path.write_text(path.read_text().replace("sfx_bridge:make", "sfx_bridge_nope"))
+    line = bad_input("config", "validate", str(path), env={"PYTHONPATH": str(tmp_path)})
+    assert "stage 'b' (id 1): field 'bridge': unknown bridge 'sfx_bridge_nope'" in line
+    assert not marker.exists()
