@@ -42,6 +42,12 @@ class OmniSettings(BaseSettings):
     grace_s: float = Field(default=10.0, ge=0, description="SIGTERM drain time for in-flight")
     metrics_port: int | None = None
     uvloop: bool = Field(default=False, description="run the orchestrator loop on uvloop")
+    loop_lag_warn_s: float = Field(
+        default=0.1,
+        ge=0,
+        description="log a WARNING naming the stage whose code blocks the orchestrator loop for "
+        "longer than this (0: no watchdog)",
+    )
     gc_threshold: int | None = Field(
         default=None,
         ge=1,

@@ -38,6 +38,7 @@ from omni_core.orchestrator.state import ParentState, RunState
 from omni_core.orchestrator.table import RequestTable
 from omni_core.orchestrator.tasks import TaskSupervisor
 from omni_core.orchestrator.terminals import Terminals
+from omni_core.orchestrator.watchdog import LoopWatchdog
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine
@@ -166,6 +167,10 @@ class OrchestratorBase:
     async def run(self) -> None:
         """Serve until a Shutdown message or a crash; then stop extensions (stages stay up)."""
         tasks = self.tasks
+        watchdog = None
+        if getattr(self.settings, "loop_lag_warn_s", 0):
+            watchdog = LoopWatchdog(self.loop, self.settings.loop_lag_warn_s)
+            watchdog.start()
         self.replicas.start()
         tasks.spawn(self._request_handler(), name="omni-request-handler")
         for factory in [*self.background_tasks(), *self.hooks.background_tasks(self.port)]:
@@ -178,6 +183,8 @@ class OrchestratorBase:
                 self.terminals.terminate(run, "shutdown", None)
             await self._stop_extensions()
             self.emitter.flush()
+            if watchdog is not None:
+                watchdog.stop()
         if tasks.crash is not None:
             raise tasks.crash
 

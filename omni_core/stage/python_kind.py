@@ -2,7 +2,9 @@
 
 The callable gets ``(prompt, params)`` and returns one whole result, or is a sync/async generator
 yielding results one by one (streaming). A ``str`` result becomes ``text``, a list of ints
-``token_ids``, anything else ``payload``. Sync callables run in a worker thread.
+``token_ids``, anything else ``payload``. Sync callables (and a sync generator's iteration) run in
+a worker thread, never on the orchestrator loop; ``async`` callables run on that loop, so they must
+not block it (the loop-lag watchdog warns naming the stage when they do).
 """
 
 from __future__ import annotations
@@ -63,6 +65,17 @@ def _as_output(request_id: str, item: Any) -> StageOutput:
     return StageOutput(request_id=request_id, payload=item)
 
 
+def _runs_on_loop(func: Callable[..., Any]) -> bool:
+    """An ``async def`` function or async generator function (also as a callable object's
+    ``__call__``): called on the orchestrator loop. Anything else runs in a worker thread."""
+    call = getattr(func, "__call__", None)  # noqa: B004 (a callable object's method)
+    return any(
+        inspect.iscoroutinefunction(f) or inspect.isasyncgenfunction(f)
+        for f in (func, call)
+        if f is not None
+    )
+
+
 class PythonStageClient(LocalStageClient):
     def __init__(self, label: str, args: PythonStageArgs) -> None:
         super().__init__(label)
@@ -86,7 +99,13 @@ class PythonStageClient(LocalStageClient):
     async def _run(self, request: StageRequest) -> None:
         rid = request.request_id
         try:
-            result = self._func(request.prompt, request.params, **self._kwargs)
+            func = self._func
+            if _runs_on_loop(func):  # async: its code is the user's to keep non-blocking
+                result = func(request.prompt, request.params, **self._kwargs)
+            else:  # sync: called in a worker thread (a generator function returns at once)
+                result = await asyncio.to_thread(
+                    func, request.prompt, request.params, **self._kwargs
+                )
             if inspect.isasyncgen(result):
                 last: StageOutput | None = None
                 async for item in result:
@@ -97,10 +116,7 @@ class PythonStageClient(LocalStageClient):
             elif inspect.isgenerator(result):
                 await self._drain_sync_generator(rid, result)
             else:
-                if inspect.isawaitable(result):
-                    value = await result
-                else:
-                    value = await asyncio.to_thread(lambda: result)
+                value = await result if inspect.isawaitable(result) else result
                 self._finish(rid, _as_output(rid, value))
         except asyncio.CancelledError:
             raise

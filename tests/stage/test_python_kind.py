@@ -12,7 +12,13 @@ from omni_core import ConfigError
 from tests.helpers import collect
 
 ENGINE_CODE = textwrap.dedent("""
-    import asyncio, time
+    import asyncio, threading, time
+
+    def where(prompt, params):
+        return threading.current_thread().name
+
+    def where_each(prompt, params):
+        yield threading.current_thread().name
 
     def upper(prompt, params):
         return prompt.upper()
@@ -86,6 +92,12 @@ async def test_abort_cancels_the_callable(make_engine, user_module):
     assert result.outputs[-1].token_ids[:1] == [0]
     await asyncio.sleep(0.03)
     assert engine.num_active_requests == 0
+
+
+async def test_sync_callables_run_off_the_orchestrator_thread(make_engine, user_module):
+    for func in ("user_engines:where", "user_engines:where_each"):
+        [out] = await collect(make_engine(pipeline(func)), "x")
+        assert out.text and out.text != "omni-orchestrator", func
 
 
 def test_unimportable_callable_is_a_config_error(make_engine):
