@@ -151,6 +151,34 @@ async def test_admission_is_all_or_nothing_with_one_clear_error(submitted, make_
     assert_clean(engine)
 
 
+async def test_too_many_branches_or_runs_are_refused_at_admission(
+    submitted, make_engine, omni_settings, monkeypatch
+):
+    monkeypatch.setenv("OMNI_MAX_N", "6")  # omni-cfg reads OMNI_MAX_N as the engine does
+    engine = make_engine(pipeline(), settings=omni_settings.model_copy(update={"max_n": 6}))
+    many = [{"name": f"b{i}", "prompt": "p", "scale": 0.1} for i in range(5000)]
+    wide = {"encoder": {"n": 2, "extra": {"cfg": {"branches": many[:2]}}}}
+    for rid, params, message in (
+        ("many", cfg_params(branches=many), "extra['cfg'].branches: 5000 given, at most 8 "),
+        ("wide", wide, "n=2 guided samples with 3 hidden companion request(s) each "),
+    ):
+        outs = await collect(engine, "x", request_id=rid, sampling_params=params)
+        assert len(outs) == 1 and outs[0].finish_reason == "error"
+        assert outs[0].error.status_code == 400
+        assert f"plugin 'cfg' rejected the request: CfgError: request '{rid}': " in (
+            outs[0].error.message
+        )
+        assert message in outs[0].error.message
+    assert submitted == []  # nothing was admitted, nothing reached a stage
+    # n=3 with the negative prompt only: 6 runs, within OMNI_MAX_N=6
+    params = {"encoder": {"n": 3}}
+    outs = await collect(engine, "x", request_id="ok", sampling_params=params)
+    assert sorted(o.index for o in outs) == [0, 1, 2] and outs[-1].finished
+    assert all(o.error is None for o in outs)
+    assert len({r for r, s, _ in submitted if s == 0}) == 6
+    assert_clean(engine)
+
+
 # --- order independence -------------------------------------------------------------------------
 async def test_companion_first_and_parent_first_converge(submitted, make_engine):
     engine = make_engine(pipeline())

@@ -205,3 +205,57 @@ def test_branches_are_bounded_each_one_is_a_hidden_request():
     CfgSection.model_validate({"branches": [{**branch, "name": f"b{i}"} for i in range(8)]})
     with pytest.raises(ValueError, match="branches"):
         CfgSection.model_validate({"branches": [{**branch, "name": f"b{i}"} for i in range(9)]})
+
+
+def branches(k):
+    return [{"name": f"b{i}", "prompt": "x", "scale": 0.1} for i in range(k)]
+
+
+def test_a_sections_max_branches_bounds_it_and_is_at_most_8():
+    CfgSection.model_validate({"max_branches": 2, "branches": branches(2)})
+    with pytest.raises(ValueError, match="branches: 3 given, at most max_branches=2"):
+        CfgSection.model_validate({"max_branches": 2, "branches": branches(3)})
+    with pytest.raises(ValueError, match="max_branches"):
+        CfgSection.model_validate({"max_branches": 9})
+
+
+def test_a_requests_branches_are_bounded_by_the_pipelines_limit():
+    def options(section, k):
+        extra = {"cfg": {"branches": branches(k)}}
+        return request_options(section, {0: SamplingParams(extra=extra)}, "r")
+
+    assert len(options(CfgSection(), 8).branches) == 8
+    for section, k, limit in ((CfgSection(), 9, 8), (CfgSection(), 5000, 8)):
+        with pytest.raises(CfgError) as info:
+            options(section, k)
+        assert str(info.value) == (
+            f"request 'r': extra['cfg'].branches: {k} given, at most {limit} (the pipeline's "
+            "cfg.max_branches; each branch is a hidden request)"
+        )
+    low = CfgSection(max_branches=1)
+    assert len(options(low, 1).branches) == 1
+    with pytest.raises(CfgError, match=r"extra\['cfg'\].branches: 2 given, at most 1 "):
+        options(low, 2)
+    # a tuple (the Python API) is bounded too; max_branches is not a request's to change
+    extra = {"cfg": {"branches": tuple(branches(9))}}
+    with pytest.raises(CfgError, match="9 given, at most 8"):
+        request_options(CfgSection(), {0: SamplingParams(extra=extra)}, "r")
+    extra = {"cfg": {"max_branches": 100, "negative_prompt": "n"}}
+    with pytest.raises(CfgError, match="max_branches"):
+        request_options(CfgSection(), {0: SamplingParams(extra=extra)}, "r")
+
+
+def test_a_guided_requests_runs_count_against_max_n():
+    from omni_cfg.config import check_work
+
+    guided = request_options(CfgSection(), {0: SamplingParams()}, "r")  # negative prompt only
+    check_work(guided, 8, 16, "r")  # 8 samples + 8 companions
+    with pytest.raises(CfgError) as info:
+        check_work(guided, 9, 16, "r")
+    assert "n=9 guided samples with 1 hidden companion request(s) each" in str(info.value)
+    assert "are 18 runs, at most 16 (OMNI_MAX_N" in str(info.value)
+    extra = {"cfg": {"branches": branches(8)}}
+    wide = request_options(CfgSection(), {0: SamplingParams(extra=extra)}, "r")
+    check_work(wide, 1, 10, "r")  # parent + negative + 8 branches
+    with pytest.raises(CfgError, match="are 10 runs, at most 9"):
+        check_work(wide, 1, 9, "r")

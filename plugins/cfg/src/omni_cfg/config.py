@@ -24,8 +24,8 @@ SECTION = "cfg"  # the pipeline section and the key in SamplingParams.extra
 # the stage kind guided by default (no ``stage:`` given): omni-qwen-image's diffusers kind
 GUIDED_KIND = "diffusers"
 NEGATIVE = "neg"  # role of the negative-prompt companion
+MAX_BRANCHES = 8  # each branch is a whole hidden request: a section's max_branches, at most
 # override fields that ask for guidance on a pipeline whose section is disabled
-MAX_BRANCHES = 8  # each branch is a whole hidden request: bounded like OMNI_MAX_N
 ASKING = frozenset({"guidance_scale", "negative_prompt", "branches"})
 
 
@@ -61,9 +61,19 @@ class CfgSection(BaseModel):
         description="extra weighted conditionings (each one a hidden request)",
     )
     timeout_s: float = Field(default=30.0, gt=0, allow_inf_nan=False)
+    max_branches: int = Field(
+        default=MAX_BRANCHES,
+        ge=0,
+        le=MAX_BRANCHES,
+        description="most branches a request (or this section) may give; not overridable",
+    )
 
     @model_validator(mode="after")
     def _check(self, info: ValidationInfo) -> CfgSection:
+        if len(self.branches) > self.max_branches:
+            raise ValueError(
+                f"branches: {len(self.branches)} given, at most max_branches={self.max_branches}"
+            )
         names = [b.name for b in self.branches]
         dupes = sorted({n for n in names if names.count(n) > 1 or n == NEGATIVE})
         if dupes:
@@ -83,7 +93,7 @@ class CfgOverride(BaseModel):
     enabled: bool | None = None
     guidance_scale: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     negative_prompt: str | None = None
-    branches: tuple[Branch, ...] | None = None
+    branches: tuple[Branch, ...] | None = Field(default=None, max_length=MAX_BRANCHES)
     timeout_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     companion_params: dict[str, Any] = Field(default_factory=dict)
 
@@ -151,6 +161,7 @@ def request_options(
 ) -> Options | None:
     """Options for a request, or None when guidance is off for it. Raises CfgError."""
     raw = next((p.extra[SECTION] for p in params.values() if SECTION in p.extra), None)
+    _check_branch_count(raw, section.max_branches, request_id)
     try:
         override = CfgOverride.model_validate(raw or {})
     except ValidationError as exc:
@@ -177,6 +188,29 @@ def request_options(
     if not math.isfinite(sum(options.weights()[1].values())):
         raise CfgError(f"request '{request_id}': guidance weights are not finite")
     return options
+
+
+def _check_branch_count(raw: Any, limit: int, request_id: str) -> None:
+    """Refuse an override with too many branches before any of them is validated."""
+    branches = raw.get("branches") if isinstance(raw, dict) else None
+    if isinstance(branches, list | tuple) and len(branches) > limit:
+        raise CfgError(
+            f"request '{request_id}': extra['{SECTION}'].branches: {len(branches)} given, at "
+            f"most {limit} (the pipeline's {SECTION}.max_branches; each branch is a hidden request)"
+        )
+
+
+def check_work(options: Options, n: int, max_n: int, request_id: str) -> None:
+    """Every parallel sample runs with its companions: ``n * (1 + companions)`` runs, counted
+    against OMNI_MAX_N like parallel samples. Raises CfgError."""
+    companions = 1 + len(options.branches)
+    runs = n * (1 + companions)
+    if runs > max_n:
+        raise CfgError(
+            f"request '{request_id}': n={n} guided samples with {companions} hidden companion "
+            f"request(s) each (negative prompt + {len(options.branches)} branches) are {runs} "
+            f"runs, at most {max_n} (OMNI_MAX_N counts every run)"
+        )
 
 
 def _pick(value: Any, default: Any) -> Any:

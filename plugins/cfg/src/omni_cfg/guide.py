@@ -12,7 +12,15 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
-from omni_cfg.config import NEGATIVE, SECTION, CfgSection, Options, Target, request_options
+from omni_cfg.config import (
+    NEGATIVE,
+    SECTION,
+    CfgSection,
+    Options,
+    Target,
+    check_work,
+    request_options,
+)
 from omni_cfg.errors import CfgError
 from omni_cfg.tracker import Bundle, Tracker
 from omni_core.outputs import ErrorInfo
@@ -39,13 +47,26 @@ class Guide:
         self.target = target
         self.tracker = Tracker()
         self._wake = asyncio.Event()
+        # n of a request is its first stage's (as the orchestrator reads it); OMNI_MAX_N from the
+        # environment (the port does not expose the engine's settings)
+        self.first_stage = port.pipeline.config.topological_order()[0].id
+        from omni_core import OmniSettings
+
+        self.max_n = OmniSettings().max_n
 
     # --- admission ----------------------------------------------------------------------------
-    def admit(self, request_id: str, params: dict[int, SamplingParams]) -> Admission | None:
-        options = request_options(self.section, params, request_id)
+    def admit(
+        self, request_id: str, params: dict[int, SamplingParams], caller_id: str | None = None
+    ) -> Admission | None:
+        """The companions of run ``request_id``; errors name the caller's id (``caller_id``: a
+        parallel-sampling child's request)."""
+        caller_id = caller_id or request_id
+        options = request_options(self.section, params, caller_id)
         if options is None:
             return None
-        companion_params = self._companion_params(options, params, request_id)
+        first = params.get(self.first_stage)
+        check_work(options, first.n if first is not None else 1, self.max_n, caller_id)
+        companion_params = self._companion_params(options, params, caller_id)
         prompts = {NEGATIVE: options.negative_prompt} | {b.name: b.prompt for b in options.branches}
         parent_weight, weights = options.weights()
         companions = tuple(

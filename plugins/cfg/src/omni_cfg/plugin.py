@@ -118,10 +118,10 @@ def omni_background_tasks(port: OrchestratorPort) -> Iterable[Callable[[], Await
 
 @hookimpl
 def omni_admit_request(
-    request_id: str, params: dict[int, SamplingParams], port: OrchestratorPort
+    request_id: str, request: RequestView, params: dict[int, SamplingParams], port: OrchestratorPort
 ) -> Admission | None:
     guide = guide_of(port)
-    return guide.admit(request_id, params) if guide is not None else None
+    return guide.admit(request_id, params, request.request_id) if guide is not None else None
 
 
 @hookimpl
