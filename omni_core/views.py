@@ -61,6 +61,9 @@ PUBLIC_MODULES: frozenset[str] = frozenset(
         "omni_core.orchestrator.base",  # OrchestratorBase: an engine kind's orchestrator
         "omni_core.messages",  # EngineMessage: an engine kind's own messages
         "omni_core.testing",  # the testing kit
+        "omni_core.testing.fixtures",  # its fixtures, FakeEntryPoints (docs/plugins.md)
+        "omni_core.testing.server",  # running_server: a plugin's routes under omni serve's app
+        "omni_core.testing.public_api",  # public_api_violations: this very check, in a test
         "omni_core.cli",  # main(argv) -> int: run an omni command from a script or a test
         "omni_core.cli.app",  # report_error: a CLI group's error output
         "omni_core.bench.orchestration",  # Row, CheckFailed: a benchmark's results

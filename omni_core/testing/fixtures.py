@@ -66,13 +66,27 @@ class FakeEntryPoints:
         return ep
 
 
+KEPT_ENV = frozenset({"OMNI_CACHE_DIR"})
+"""``OMNI_*`` variables :func:`omni_settings` keeps: where built models live (rebuilding the demo
+models outside the user's cache would cost every test tens of seconds)."""
+
+
 @pytest.fixture
 def omni_settings(monkeypatch: pytest.MonkeyPatch) -> OmniSettings:
-    """Settings with short timeouts, read from a clean ``OMNI_*`` environment."""
+    """Settings isolated from the user's ``OMNI_*`` configuration, with short timeouts.
+
+    **For the test's duration, every ``OMNI_*`` variable except ``OMNI_CACHE_DIR`` is removed
+    from the process environment** (``os.environ``, so replica processes and any
+    ``OmniSettings()`` built during the test see them unset too; monkeypatch restores them after
+    the test), then the settings are read with ``startup_timeout_s=30`` and
+    ``shutdown_timeout_s=5``. ``OMNI_CACHE_DIR`` is kept (:data:`KEPT_ENV`): models are built once
+    into the user's cache, not per test. Set a variable a test needs after this fixture
+    (``monkeypatch.setenv``) or pass settings of its own (``omni_settings.model_copy(update=...)``).
+    """
     import os
 
     for key in list(os.environ):
-        if key.startswith("OMNI_"):
+        if key.startswith("OMNI_") and key not in KEPT_ENV:
             monkeypatch.delenv(key)
     return OmniSettings(startup_timeout_s=30.0, shutdown_timeout_s=5.0)
 

@@ -77,3 +77,20 @@ def test_the_check_finds_private_access_and_non_public_imports(tmp_path: Path):
         "mine/plugin.py:17: uses super()._handle_message (an omni-core base's private member)",
         "mine/plugin.py:20: uses private attribute ._runtime of an omni-core object",
     ]
+
+
+def test_the_imports_the_docs_prescribe_pass_the_check(tmp_path: Path):
+    """docs/plugins.md tells plugin authors to import these: the check must accept them."""
+    package = tmp_path / "mine"
+    package.mkdir()
+    (package / "test_mine.py").write_text(
+        textwrap.dedent(
+            """
+            from omni_core.testing.fixtures import FakeEntryPoints
+            from omni_core.testing.public_api import public_api_violations
+            from omni_core.testing.server import running_server
+            import omni_core.testing.fixtures
+            """
+        )
+    )
+    assert public_api_violations(tmp_path) == []
