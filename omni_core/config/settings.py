@@ -39,6 +39,25 @@ class OmniSettings(BaseSettings):
         default=32, ge=4, description="deepest nesting of a JSON request body; past it: 400"
     )
     max_inflight: int = Field(default=64, ge=1, description="server admission bound")
+    max_prompt_chars: int = Field(
+        default=4 << 20,
+        ge=1,
+        description="most characters of prompt text one HTTP request may carry (a chat's "
+        "messages together, or a completion's prompt), counted before tokenization; past it: 400",
+    )
+    read_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="time an HTTP client gets to send a request's headers (from its first byte) "
+        "and then its whole body; past it: 408 and the connection is closed",
+    )
+    write_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="time an HTTP client gets to take each piece of a response (an SSE event "
+        "included); a client that stops reading for longer is disconnected and its request "
+        "aborted, which frees its in-flight slot",
+    )
     grace_s: float = Field(default=10.0, ge=0, description="SIGTERM drain time for in-flight")
     metrics_port: int | None = None
     uvloop: bool = Field(default=False, description="run the orchestrator loop on uvloop")
@@ -60,6 +79,29 @@ class OmniSettings(BaseSettings):
         ge=1,
         description="largest n (parallel samples) one request may ask for; above it the request "
         "is rejected (400)",
+    )
+    max_audio_seconds: float = Field(
+        default=600.0,
+        gt=0,
+        description="longest audio content part, from its WAV header before decoding; past it: 413",
+    )
+    max_audio_bytes: int = Field(
+        default=128 << 20,
+        ge=1 << 20,
+        description="largest decoded (float32) audio part, before and after resampling; past "
+        "it: 413",
+    )
+    max_image_pixels: int = Field(
+        default=1 << 24,
+        ge=1 << 16,
+        le=1 << 27,
+        description="most pixels an image content part may declare in its header (checked "
+        "before decoding); past it: 413",
+    )
+    max_media_file_bytes: int = Field(
+        default=32 << 20,
+        ge=1024,
+        description="largest file omni run reads for --audio / --image; past it: exit 2",
     )
     fault_injection: bool = Field(
         default=False,
