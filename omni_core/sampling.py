@@ -8,6 +8,7 @@ stage process. They are the ranges vLLM accepts; every number must be finite.
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 import msgspec
@@ -41,6 +42,12 @@ class SamplingParams(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_un
     ``top_k`` None, 0 or -1 disables top-k; ``min_p`` 0 disables min-p; the penalties' defaults
     (0, 0, 1) apply none. ``extra`` carries engine-specific fields that stage kinds may read
     (e.g. vLLM's own sampling fields); it is not checked here: the stage kind checks it.
+
+    A request's params for a stage, given as a mapping (``generate(sampling_params={"talker":
+    {"max_tokens": 32}})``, ``omni run --max-tokens``, an HTTP request's fields), are merged over
+    the stage's pipeline defaults field by field (``extra`` key by key): fields the request leaves
+    out keep the pipeline's values. A ``SamplingParams`` object is taken whole (it cannot say
+    which fields were left out).
     """
 
     max_tokens: Positive | None = None
@@ -76,6 +83,19 @@ class SamplingParams(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_un
         except msgspec.ValidationError as exc:
             line, field = _problem(where, data, str(exc))
             raise RequestError(line, param=field) from None
+
+    def updated(self, fields: Mapping[str, Any], where: str = "sampling_params") -> SamplingParams:
+        """These params (a stage's defaults) with ``fields`` (a request's) over them, field by
+        field, ``extra`` key by key; checked, a bad field named as ``{where}.field``. The one
+        merge of a request's params over a stage's defaults (Python API, CLI and server)."""
+        if not isinstance(fields, Mapping):
+            raise RequestError(f"{where} must be a mapping, not {type(fields).__name__}")
+        data = msgspec.structs.asdict(self)
+        data.update(fields)
+        extra = fields.get("extra")
+        if isinstance(extra, Mapping):
+            data["extra"] = {**self.extra, **extra}
+        return type(self)._parse(data, where)
 
     def merged(self, overrides: dict[str, Any]) -> SamplingParams:
         return msgspec.structs.replace(self, **overrides)

@@ -179,10 +179,7 @@ def register(app: typer.Typer, state: CliState) -> None:
             params = None
             if overrides or extra:
                 params = engine.request_params(
-                    {
-                        stage.name: {**stage.config.sampling_params, **overrides}
-                        for stage in engine.pipeline.stages.values()
-                    },
+                    {stage.name: overrides for stage in engine.pipeline.stages.values()},
                     extra=extra or None,
                 )
             outputs = asyncio.run(_stream(engine, prompt, params, modality))

@@ -150,7 +150,10 @@ class OmniEngineBase:
     def stage_params(
         self, sampling_params: SamplingParams | dict[str, Any] | None
     ) -> dict[int, SamplingParams]:
-        """Per-stage params: one object for all stages, or a mapping stage name → params."""
+        """Per-stage params: one object for all stages (taken whole), or a mapping stage name →
+        params, where a ``SamplingParams`` is taken whole and a mapping of fields is merged over
+        the stage's pipeline defaults (:meth:`SamplingParams.updated`); stages not named keep
+        their defaults."""
         if sampling_params is None:
             return self.default_params
         if isinstance(sampling_params, SamplingParams):
@@ -172,10 +175,9 @@ class OmniEngineBase:
             where = f"sampling_params['{name}']"
             if isinstance(value, SamplingParams):
                 params[by_name[name]] = self._check_n(value.validate(where), where)
-            elif isinstance(value, dict):
-                params[by_name[name]] = self._check_n(
-                    SamplingParams.from_mapping(value, where), where
-                )
+            elif isinstance(value, dict):  # merged over the stage's defaults, field by field
+                merged = self.default_params[by_name[name]].updated(value, where)
+                params[by_name[name]] = self._check_n(merged, where)
             else:
                 raise RequestError(f"{where} must be SamplingParams or a mapping")
         return params

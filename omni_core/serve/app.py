@@ -126,7 +126,7 @@ def create_app(
             return None
         params = None
         if overrides:
-            params = {first_stage.name: {**first_stage.config.sampling_params, **overrides}}
+            params = {first_stage.name: overrides}  # merged over its defaults by the engine
         if extra:
             return engine.request_params(params, extra=extra)
         engine.stage_params(params)  # RequestError (a 400) before anything starts
