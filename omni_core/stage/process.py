@@ -4,8 +4,10 @@ The replica runs ``python -m omni_core.stage.worker`` with one end of a socketpa
 length-prefixed typed msgspec structs (:mod:`omni_core.stage.wire`: no pickle on the per-token
 path). The socket is also the replica's lifeline: when the engine's process
 closes it or dies (SIGTERM, SIGKILL, anything), the worker reads EOF and exits, so no stage
-process outlives its engine. The worker builds its engine with the ``factory`` named in its
-config (``"module:function"``, called with the config dict).
+process outlives its engine; while it builds its engine (before it reads the socket) the kernel
+ends it when its parent dies (:func:`omni_core.stage.worker.die_with_parent`). The worker
+builds its engine with the ``factory`` named in its config (``"module:function"``, called with
+the config dict).
 """
 
 from __future__ import annotations
@@ -94,6 +96,7 @@ class ProcessStageClient(LocalStageClient):
                 "omni_core.stage.worker",
                 str(child.fileno()),
                 json.dumps(self._config),
+                str(os.getpid()),  # the worker dies with this process while it starts
             ],
             pass_fds=[child.fileno()],
             close_fds=True,

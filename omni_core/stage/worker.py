@@ -1,9 +1,11 @@
 """Entry point of a stage replica in its own OS process (``python -m omni_core.stage.worker``).
 
-``argv``: the socket fd and a JSON config whose ``factory`` (``"module:function"``) builds a
-:class:`WorkerEngine` from the config. The loop takes commands whenever they arrive and steps the
+``argv``: the socket fd, a JSON config whose ``factory`` (``"module:function"``) builds a
+:class:`WorkerEngine` from the config, and (optional) the pid of the engine process that started
+it. The loop takes commands whenever they arrive and steps the
 engine while it has work. EOF on the socket — the engine process closed it or died — ends the
-worker: no orphans.
+worker: no orphans. While the engine is being built (imports, weights: seconds to minutes) the
+socket is not read yet, so the kernel ends the worker instead (:func:`die_with_parent`).
 
 Failures are request-scoped (:class:`RequestScoped`): an exception while accepting one request
 (``add``, ``add_input``) fails that request only — it gets one error output (400 for the engine's
@@ -20,6 +22,7 @@ import json
 import logging
 import os
 import selectors
+import signal
 import socket
 import sys
 import time
@@ -44,6 +47,9 @@ from omni_core.stage.wire import (
 )
 
 logger = logging.getLogger(__name__)
+
+ORPHANED = 19  # exit code of a worker whose engine process was gone before it could start
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 REQUEST_ERRORS: tuple[type[BaseException], ...] = (ValueError, OverflowError)
 ENGINE_FAILED = 18  # exit code of a worker whose engine failed
@@ -279,7 +285,29 @@ def handle(engine: WorkerEngine, frame: Add | Input | Call, sock: socket.socket)
             os._exit(17)
 
 
+def die_with_parent(parent_pid: int | None) -> None:
+    """The start-up half of the lifeline: until the engine is built, the kernel SIGKILLs this
+    worker when its parent dies (Linux ``PR_SET_PDEATHSIG``) — even mid-import, where no Python
+    code of ours runs. A parent that died before that was set is caught by the parent pid check
+    (the worker was reparented): the worker ends at once with :data:`ORPHANED`."""
+    _set_parent_death_signal(signal.SIGKILL)
+    if parent_pid is not None and os.getppid() != parent_pid:
+        os._exit(ORPHANED)
+
+
+def _set_parent_death_signal(sig: int) -> None:
+    """``prctl(PR_SET_PDEATHSIG, sig)`` (0 clears it); elsewhere than Linux: nothing."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0) != 0:
+        logger.warning("prctl(PR_SET_PDEATHSIG) failed: %s", os.strerror(ctypes.get_errno()))
+
+
 def main(argv: list[str]) -> int:
+    die_with_parent(int(argv[3]) if len(argv) > 3 else None)  # first: building may take minutes
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     sock = socket.socket(fileno=int(argv[1]))
     config = json.loads(argv[2])
@@ -290,6 +318,9 @@ def main(argv: list[str]) -> int:
             f"stage worker failed to build its engine: {type(exc).__name__}: {exc}", file=sys.stderr
         )
         return 3
+    # Built: from here EOF on the socket ends the worker. The death signal is cleared because it
+    # follows the parent *thread* that started the worker, not the engine process.
+    _set_parent_death_signal(0)
     code = serve(sock, engine)
     # The engine process is gone or done with us: skip interpreter teardown (engine libraries'
     # exit handlers take seconds and hold nothing that needs releasing).
