@@ -83,6 +83,11 @@ class DuplexSection(BaseModel):
     max_sessions: int = Field(default=16, ge=1)
     max_pending_input_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     max_pending_turns: int = Field(default=4, ge=1)
+    # the conversation kept for the model: past the limits the oldest items are dropped
+    max_history_turns: int = Field(default=64, ge=1)
+    max_history_bytes: int = Field(default=256 * 1024, ge=1024)
+    # one client event on /v1/realtime (a larger frame gets an `error` event; the socket stays)
+    max_event_bytes: int = Field(default=12 * 1024 * 1024, ge=1024)
     idle_ttl_s: float | None = Field(default=300.0, gt=0)
     disconnect_grace_s: float = Field(default=30.0, ge=0)
     cleanup_retry_s: float = Field(default=1.0, gt=0)

@@ -182,29 +182,46 @@ class SessionManager:
         if runner.state != "open":
             runner.error("session_closed", "the session is closing", event_id=cmd.event_id)
             return
-        section = self.section
-        if isinstance(cmd, P.AppendAudio):
-            if runner.pending_bytes + len(cmd.audio) > section.max_pending_input_bytes:
-                runner.error(
-                    "input_backpressure",
-                    f"more than {section.max_pending_input_bytes} bytes of input pending",
-                    retryable=True,
-                    event_id=cmd.event_id,
-                )
-                return
-            runner.pending_bytes += len(cmd.audio)
-        elif isinstance(cmd, P.Commit):
-            if len(runner.turns) + runner.queued_commits >= section.max_pending_turns:
-                runner.error(
-                    "input_backpressure",
-                    f"more than {section.max_pending_turns} committed turns pending",
-                    retryable=True,
-                    event_id=cmd.event_id,
-                )
-                return
-            runner.queued_commits += 1
+        try:
+            self._reserve(runner, cmd)
+        except DuplexError as exc:
+            runner.error(exc.code, exc.message, retryable=exc.retryable, event_id=cmd.event_id)
+            return
         runner.lease.touch(time.monotonic())
         runner.mailbox.put_nowait(cmd)
+
+    def _reserve(self, runner: SessionRunner, cmd: P.Command) -> None:
+        """Admission: input bytes (audio and typed text) and committed turns are bounded; a
+        command over a limit is refused whole (nothing of it is kept)."""
+        section = self.section
+        size = 0
+        if isinstance(cmd, P.AppendAudio):
+            size = len(cmd.audio)
+        elif isinstance(cmd, P.AppendText):
+            size = len(cmd.text.encode("utf-8", "surrogatepass"))
+        commits = int(isinstance(cmd, P.Commit) or (isinstance(cmd, P.AppendText) and cmd.commit))
+        limit = section.max_pending_input_bytes
+        if size > limit:
+            raise DuplexError(
+                "input_too_large",
+                f"{size} bytes of input in one event; the limit is {limit} "
+                "(max_pending_input_bytes)",
+            )
+        if size and runner.pending_bytes + size > limit:
+            raise DuplexError(
+                "input_backpressure",
+                f"more than {limit} bytes of input pending (max_pending_input_bytes)",
+                retryable=True,
+            )
+        if commits and len(runner.turns) + runner.queued_commits >= section.max_pending_turns:
+            raise DuplexError(
+                "input_backpressure",
+                f"more than {section.max_pending_turns} committed turns pending "
+                "(max_pending_turns)",
+                retryable=True,
+            )
+        runner.pending_bytes += size
+        runner.queued_commits += commits
 
     # --- stage requests -----------------------------------------------------------------------
     def on_runs_ended(self, run_ids: list[str]) -> None:

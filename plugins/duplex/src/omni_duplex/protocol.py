@@ -25,7 +25,11 @@ class AppendAudio(Command):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AppendText(Command):
+    """Typed input. ``commit``: append and commit it as one turn (``conversation.item.create``),
+    admitted or refused as a whole."""
+
     text: str
+    commit: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -66,6 +70,7 @@ RESPONSE_CREATED = "response.created"
 TEXT_DELTA = "response.output_text.delta"
 AUDIO_DELTA = "response.output_audio.delta"
 RESPONSE_DONE = "response.done"
+ITEM_DELETED = "conversation.item.deleted"  # dropped from the history (max_history_*)
 ERROR = "error"
 
 TERMINAL_EVENTS = frozenset({SESSION_CLOSED, SESSION_EXPIRED})

@@ -1,92 +1,34 @@
 """The OpenAI Realtime (GA) wire codec for the supported subset: pure functions, no I/O.
 
-Client events → commands (:func:`commands_from_client`); session events → server events
+Client events → commands (:func:`commands_from_client`, parsed by
+:mod:`omni_duplex.client_events`); session events → server events
 (:func:`to_server_event`). Audio on the wire is base64 pcm16 at 24 kHz.
 """
 
 from __future__ import annotations
 
 import base64
-import binascii
 import uuid
 from typing import Any
 
+from omni_duplex import client_events
 from omni_duplex import protocol as P
-from omni_duplex.config import WIRE_SAMPLE_RATE
-from omni_duplex.errors import DuplexError, error_type
+from omni_duplex.errors import error_type
 
 
 def _event_id() -> str:
     return f"event_{uuid.uuid4().hex[:20]}"
 
 
-def session_changes(session: dict[str, Any]) -> dict[str, Any]:
+def session_changes(session: Any) -> dict[str, Any]:
     """A Realtime ``session`` object → :class:`~omni_duplex.config.SessionConfig` fields."""
-    if not isinstance(session, dict):
-        raise DuplexError("invalid_session_config", "'session' must be an object")
-    changes: dict[str, Any] = {}
-    if "instructions" in session:
-        changes["instructions"] = session["instructions"]
-    modalities = session.get("output_modalities", session.get("modalities"))
-    if modalities is not None:
-        changes["output_modalities"] = modalities
-    if "max_output_tokens" in session:
-        limit = session["max_output_tokens"]
-        changes["max_output_tokens"] = None if limit == "inf" else limit
-    audio_in = (session.get("audio") or {}).get("input") or {}
-    fmt = audio_in.get("format")
-    if isinstance(fmt, dict):
-        rate = fmt.get("rate", WIRE_SAMPLE_RATE)
-        if fmt.get("type", "audio/pcm") != "audio/pcm" or rate != WIRE_SAMPLE_RATE:
-            raise DuplexError(
-                "invalid_session_config", f"input audio must be audio/pcm at {WIRE_SAMPLE_RATE} Hz"
-            )
-    for source in (session, audio_in):
-        if "turn_detection" in source:
-            td = source["turn_detection"]
-            if isinstance(td, dict):
-                if td.get("type", "server_vad") != "server_vad":
-                    raise DuplexError(
-                        "unsupported_turn_detection",
-                        f"turn_detection type {td.get('type')!r}: only 'server_vad' or null",
-                    )
-                td = {k: v for k, v in td.items() if k != "idle_timeout_ms"}
-            changes["turn_detection"] = td
-    return changes
+    return client_events.session_changes(session)
 
 
 def commands_from_client(event: Any) -> list[P.Command]:
-    """One client event → the commands it means (raises DuplexError for bad events)."""
-    if not isinstance(event, dict) or not isinstance(event.get("type"), str):
-        raise DuplexError("invalid_event", "a client event must be an object with a 'type'")
-    kind, eid = event["type"], event.get("event_id")
-    if kind == "input_audio_buffer.append":
-        try:
-            audio = base64.b64decode(event.get("audio", ""), validate=True)
-        except (binascii.Error, TypeError, ValueError):
-            raise DuplexError("invalid_audio", "'audio' must be base64 pcm16") from None
-        return [P.AppendAudio(audio=audio, sample_rate_hz=WIRE_SAMPLE_RATE, event_id=eid)]
-    if kind == "input_audio_buffer.commit":
-        return [P.Commit(event_id=eid)]
-    if kind == "input_audio_buffer.clear":
-        return [P.ClearInput(event_id=eid)]
-    if kind == "response.create":
-        return [P.CreateResponse(options=event.get("response") or {}, event_id=eid)]
-    if kind == "response.cancel":
-        return [P.CancelResponse(event_id=eid)]
-    if kind == "session.update":
-        return [P.UpdateSession(session=session_changes(event.get("session") or {}), event_id=eid)]
-    if kind == "conversation.item.create":
-        item = event.get("item") or {}
-        texts = [
-            c.get("text", "")
-            for c in item.get("content") or []
-            if isinstance(c, dict) and c.get("type") in ("input_text", "text")
-        ]
-        if item.get("role", "user") != "user" or not texts:
-            raise DuplexError("invalid_event", "only user messages with input_text are supported")
-        return [P.AppendText(text=" ".join(texts), event_id=eid), P.Commit(event_id=eid)]
-    raise DuplexError("unknown_event", f"unsupported client event type '{kind}'")
+    """One decoded client event → the commands it means (raises
+    :class:`~omni_duplex.client_events.ClientEventError`, a DuplexError, for bad events)."""
+    return client_events.commands_from_event(event)
 
 
 def error_event(

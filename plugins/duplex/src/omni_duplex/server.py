@@ -16,9 +16,12 @@ from typing import Any
 from fastapi import WebSocket
 
 from omni_duplex import realtime
+from omni_duplex.client_events import ClientEventError, decode_frame
 from omni_duplex.errors import DuplexError
 
 logger = logging.getLogger(__name__)
+
+INLINE_DECODE_BYTES = 64 * 1024  # larger frames are decoded in a worker thread
 
 
 def mount(app: Any, engine: Any) -> None:
@@ -57,19 +60,33 @@ async def serve_socket(websocket: Any, engine: Any) -> None:
         async for event in session.events():
             await websocket.send_text(json.dumps(realtime.to_server_event(event)))
 
+    max_bytes = engine.duplex_config.max_event_bytes
+
+    async def reply_error(exc: DuplexError, event_id: str | None) -> None:
+        event = realtime.error_event(exc.code, exc.message, event_id, exc.retryable)
+        await websocket.send_text(json.dumps(event))
+
     async def reader() -> None:
         while True:
-            text = await websocket.receive_text()
-            try:
-                for command in realtime.commands_from_client(json.loads(text)):
+            message = await websocket.receive()
+            if message["type"] == "websocket.disconnect":
+                raise WebSocketDisconnect(message.get("code", 1000))
+            frame = message.get("text")
+            if frame is None:
+                frame = message.get("bytes") or b""
+            try:  # a malformed event gets one `error` event; the socket stays open
+                if len(frame) > INLINE_DECODE_BYTES:  # JSON and base64 off the event loop
+                    commands = await asyncio.to_thread(decode_frame, frame, max_bytes)
+                else:
+                    commands = decode_frame(frame, max_bytes)
+            except ClientEventError as exc:
+                await reply_error(exc, exc.event_id)
+                continue
+            for command in commands:
+                try:
                     session.send(command)
-            except json.JSONDecodeError:
-                await websocket.send_text(
-                    json.dumps(realtime.error_event("invalid_event", "not JSON"))
-                )
-            except DuplexError as exc:
-                event = realtime.error_event(exc.code, exc.message, None, exc.retryable)
-                await websocket.send_text(json.dumps(event))
+                except DuplexError as exc:
+                    await reply_error(exc, command.event_id)
 
     write = asyncio.ensure_future(writer())
     read = asyncio.ensure_future(reader())

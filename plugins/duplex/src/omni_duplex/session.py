@@ -98,8 +98,10 @@ class SessionRunner:
         self.buffer: list[Any] = []  # float32 arrays at the model's input rate
         self.buffer_bytes = 0
         self.text_parts: list[str] = []
+        self.text_bytes = 0  # of text_parts (counted in pending_bytes)
         self.turns: list[UserTurn] = []  # committed, not yet answered
-        self.history: list[dict[str, Any]] = []
+        self.history: deque[dict[str, Any]] = deque()  # bounded: max_history_turns/_bytes
+        self.history_bytes = 0
         self.clock_ms = 0.0  # input audio received so far
         self.speech_item: str | None = None
         self.vad: Vad | None = None
@@ -172,6 +174,10 @@ class SessionRunner:
             await self._append_audio(cmd)
         elif isinstance(cmd, P.AppendText):
             self.text_parts.append(cmd.text)
+            self.text_bytes += len(cmd.text.encode("utf-8", "surrogatepass"))
+            if cmd.commit:
+                self.queued_commits -= 1
+                await self._commit(False, cmd.event_id)
         elif isinstance(cmd, P.Commit):
             self.queued_commits -= 1
             await self._commit(cmd.create_response, cmd.event_id)
@@ -183,7 +189,7 @@ class SessionRunner:
             await self._cancel("client_cancelled")
         elif isinstance(cmd, P.ClearInput):
             self._clear_buffer()
-            self.text_parts.clear()
+            self._clear_text()
             self.vad, self.speech_item = self._new_vad(), None
             self.emit(P.INPUT_CLEARED)
         elif isinstance(cmd, P.UpdateSession):
@@ -263,6 +269,24 @@ class SessionRunner:
         self.pending_bytes -= self.buffer_bytes
         self.buffer, self.buffer_bytes = [], 0
 
+    def _clear_text(self) -> None:
+        self.pending_bytes -= self.text_bytes
+        self.text_parts, self.text_bytes = [], 0
+
+    def _remember(self, role: str, item_id: str, text: str) -> None:
+        """Add to the history; past ``max_history_turns``/``max_history_bytes`` the oldest items
+        are dropped (each with a ``conversation.item.deleted`` event)."""
+        section = self.manager.section
+        self.history.append({"role": role, "item_id": item_id, "text": text})
+        self.history_bytes += len(text.encode("utf-8", "surrogatepass"))
+        while self.history and (
+            len(self.history) > section.max_history_turns
+            or self.history_bytes > section.max_history_bytes
+        ):
+            old = self.history.popleft()
+            self.history_bytes -= len(old["text"].encode("utf-8", "surrogatepass"))
+            self.emit(P.ITEM_DELETED, item_id=old["item_id"], reason="history_limit")
+
     async def _commit(
         self, create_response: bool, event_id: Any, item_id: str | None = None
     ) -> None:
@@ -280,7 +304,7 @@ class SessionRunner:
             duration_ms(audio.size, self.model.input_sample_rate) if audio is not None else 0.0,
         )
         self._clear_buffer()
-        self.text_parts.clear()
+        self._clear_text()
         self.turns.append(turn)
         self.emit(P.INPUT_COMMITTED, item_id=turn.item_id, audio_ms=round(turn.audio_ms))
         if create_response:
@@ -301,7 +325,7 @@ class SessionRunner:
         )
         plan = self.model.plan_response(context)
         for turn in self.turns:
-            self.history.append({"role": "user", "item_id": turn.item_id, "text": turn.text})
+            self._remember("user", turn.item_id, turn.text)
         self.turns.clear()
         self._runs += 1
         epoch = self.epoch
@@ -356,7 +380,6 @@ class SessionRunner:
             self.response = None
         text = "".join(resp.text)
         audio_ms = round(resp.audio_bytes / 2 / 24)  # pcm16 at 24 kHz
-        self.history.append({"role": "assistant", "item_id": resp.item_id, "text": text})
         self.emit(
             P.RESPONSE_DONE,
             response_id=resp.id,
@@ -366,6 +389,7 @@ class SessionRunner:
             text=text,
             audio_ms=audio_ms,
         )
+        self._remember("assistant", resp.item_id, text)
         self.lease.touch(time.monotonic())
         self.manager.schedule(self)
 
@@ -385,6 +409,7 @@ class SessionRunner:
             self._finish(self.response, "cancelled", self.close_reason)
             self.epoch += 1
         self._clear_buffer()
+        self._clear_text()
         self.turns.clear()
         ok = True
         if self.live_runs:
