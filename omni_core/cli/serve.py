@@ -70,7 +70,7 @@ def register(app: typer.Typer, state: CliState) -> None:
             target: Any = Path(pipeline) if is_existing_path(pipeline) else pipeline
             config = load_pipeline(target, state.host)
             require_pipeline_extras(config)
-            from omni_core.serve.server import api_key_of, run_server
+            from omni_core.serve.server import resolve_api_key, run_server
 
             if replicas != 1 and not ray_serve:
                 raise ConfigError([f"--replicas {replicas}: only with --ray-serve"])
@@ -84,10 +84,7 @@ def register(app: typer.Typer, state: CliState) -> None:
                     host=host or settings.host,
                     port=port if port is not None else settings.port,
                     replicas=replicas,
-                    api_key=api_key_of(
-                        api_key or (None if api_key_file else settings.api_key),
-                        api_key_file or (None if api_key else settings.api_key_file),
-                    ),
+                    api_key=resolve_api_key(api_key, api_key_file, settings),
                     max_inflight=max_inflight
                     if max_inflight is not None
                     else settings.max_inflight,
@@ -101,10 +98,7 @@ def register(app: typer.Typer, state: CliState) -> None:
                 plugins=state.host,
                 host=host or settings.host,
                 port=port if port is not None else settings.port,
-                api_key=api_key_of(
-                    api_key or (None if api_key_file else settings.api_key),
-                    api_key_file or (None if api_key else settings.api_key_file),
-                ),
+                api_key=resolve_api_key(api_key, api_key_file, settings),
                 public_metrics=public_metrics or settings.public_metrics,
                 max_inflight=max_inflight if max_inflight is not None else settings.max_inflight,
                 grace_s=grace_s if grace_s is not None else settings.grace_s,

@@ -3,28 +3,32 @@
 Every body is parsed by :mod:`omni_core.serve.protocol` and validated (sampling params, prompt
 length, modalities) before a request reaches the engine, streamed ones before the 200: their
 first output is awaited too, so a stage's own rejection still answers with a 4xx.
+
+The heavy steps of a request (decoding and validating its JSON, rendering the chat template,
+decoding its media, tokenizing, encoding a whole response's audio or images) run in worker
+threads, never on the server's event loop: a large request does not stall other routes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import logging
 import secrets
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 import msgspec
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 
-from omni_core.chat import RenderedPrompt
-from omni_core.errors import EngineDeadError, RequestError
+from omni_core.chat import ChatMessage, RenderedPrompt, TextPart
+from omni_core.errors import RequestError
 from omni_core.media import Image, png_bytes
-from omni_core.outputs import OmniRequestOutput
 from omni_core.serve import streams
-from omni_core.serve.errors import ApiError, from_error_info
-from omni_core.serve.guard import BodyTooLarge, Guard, too_large_body
+from omni_core.serve.connections import Drain
+from omni_core.serve.errors import ApiError
+from omni_core.serve.guard import BodyTimeout, BodyTooLarge, Guard, late_body, too_large_body
 from omni_core.serve.metrics import OmniMetrics
 from omni_core.serve.protocol import (
     ChatCompletionRequest,
@@ -34,28 +38,33 @@ from omni_core.serve.protocol import (
     parse_body,
 )
 from omni_core.serve.responses import AudioReply, chat_response, completion_response, gather
+from omni_core.serve.runs import Admission, ClientGone, Run
+
+logger = logging.getLogger(__name__)
+
+off_loop = asyncio.to_thread  # the heavy steps of a request: in a worker thread
 
 
-class Admission:
-    """Bounded in-flight requests: past the bound, callers get 429 with ``Retry-After``."""
+def prompt_chars(messages: list[ChatMessage]) -> int:
+    """Characters of prompt text in a chat (string contents and text parts)."""
+    total = 0
+    for message in messages:
+        if isinstance(message.content, str):
+            total += len(message.content)
+        elif message.content is not None:
+            total += sum(len(p.text) for p in message.content if isinstance(p, TextPart))
+    return total
 
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.inflight = 0
 
-    def enter(self) -> None:
-        if self.inflight >= self.limit:
-            raise ApiError(
-                429,
-                f"the server is at its limit of {self.limit} in-flight requests",
-                "rate_limit_exceeded",
-                code="too_many_requests",
-                headers={"Retry-After": "1"},
-            )
-        self.inflight += 1
-
-    def leave(self) -> None:
-        self.inflight -= 1
+def check_prompt_chars(chars: int, limit: int, param: str) -> None:
+    if chars > limit:
+        raise ApiError(
+            400,
+            f"'{param}': {chars} characters of prompt text; this server takes at most {limit} "
+            "per request (OMNI_MAX_PROMPT_CHARS)",
+            param=param,
+            code="prompt_too_long",
+        )
 
 
 def create_app(
@@ -71,6 +80,8 @@ def create_app(
     app.state.engine = engine
     admission = Admission(max_inflight)
     app.state.admission = admission
+    drain = Drain()
+    app.state.drain = drain  # the server begins it when it shuts down
     model_id = engine.pipeline.config.name
     stages = engine.pipeline.stages
     offered = {s.config.final_output_type for s in stages.values() if s.config.final_output}
@@ -86,6 +97,8 @@ def create_app(
         api_key=api_key,
         max_body_bytes=settings.max_body_bytes,
         open_paths=frozenset(open_paths),
+        read_timeout_s=settings.read_timeout_s,
+        write_timeout_s=settings.write_timeout_s,
     )
 
     @app.exception_handler(ApiError)
@@ -100,6 +113,18 @@ def create_app(
     async def _too_large(request: Request, exc: BodyTooLarge) -> Response:
         status, body = too_large_body(exc)
         return Response(body, status_code=status, media_type="application/json")
+
+    @app.exception_handler(BodyTimeout)
+    async def _late(request: Request, exc: BodyTimeout) -> Response:
+        status, body = late_body(exc)
+        logger.info("%s: %s (OMNI_READ_TIMEOUT_S)", request.url.path, exc)
+        headers = {"Connection": "close"}  # the rest of the body is not read
+        return Response(body, status_code=status, media_type="application/json", headers=headers)
+
+    @app.exception_handler(ClientGone)
+    async def _gone(request: Request, exc: ClientGone) -> Response:
+        logger.info("%s: the client went away; its request was aborted", request.url.path)
+        return Response(status_code=499)  # nobody reads it
 
     def check_model(model: Any) -> None:
         if model != model_id:
@@ -149,8 +174,9 @@ def create_app(
                 param="modalities",
             )
 
-    async def body_of(request: Request) -> dict[str, Any]:
-        return decode_json(await request.body(), settings.max_json_depth)
+    async def body_of(request: Request, model: type[Any]) -> Any:
+        raw = await request.body()
+        return await off_loop(lambda: parse_body(model, decode_json(raw, settings.max_json_depth)))
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
@@ -173,18 +199,19 @@ def create_app(
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Any:
-        body = parse_body(ChatCompletionRequest, await body_of(request))
+        body = await body_of(request, ChatCompletionRequest)
         check_model(body.model)
         assert renderer is not None
         modalities = list(dict.fromkeys(body.modalities or ["text"]))
         check_modalities(modalities)
-        rendered = renderer.render_chat(body.messages, body.chat_options())
+        check_prompt_chars(prompt_chars(body.messages), settings.max_prompt_chars, "messages")
+        rendered = await off_loop(renderer.render_chat, body.messages, body.chat_options())
         params = stage_params(body.overrides(), body.request_extra())
         top = body.num_logprobs()
         reply = AudioReply.of(modalities, body.audio.format if body.audio else "wav")
         # audio alone still runs the text stage: its text is the audio's transcript
         wanted = [*modalities, "text"] if reply.audio and "text" in offered else modalities
-        run = Run(request, engine, admission, rendered, params, list(dict.fromkeys(wanted)))
+        run = Run(request, engine, admission, rendered, params, list(dict.fromkeys(wanted)), drain)
         if body.stream:
             first = await run.start()
             chunks = streams.chat_chunks(
@@ -197,31 +224,34 @@ def create_app(
                 on_done=metrics.count_usage,
                 reply=reply,
             )
-            return StreamingResponse(run.sse(chunks), media_type="text/event-stream")
+            return run.stream(chunks)
         outputs = await run.collect()
         choices = gather(outputs, body.n)
-        response = chat_response(
-            choices,
-            model=model_id,
-            prompt_tokens=rendered.num_tokens or 0,
-            reply=reply,
-            top_logprobs=top,
-            decode=renderer.decode,
+        response = await off_loop(
+            lambda: chat_response(
+                choices,
+                model=model_id,
+                prompt_tokens=rendered.num_tokens or 0,
+                reply=reply,
+                top_logprobs=top,
+                decode=renderer.decode,
+            )
         )
         metrics.count_usage(response["usage"])
         return response
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Any:
-        body = parse_body(CompletionRequest, await body_of(request))
+        body = await body_of(request, CompletionRequest)
         check_model(body.model)
         assert renderer is not None
         if "text" not in offered:
             raise ApiError(400, f"model '{model_id}' does not produce text", param="model")
         if isinstance(body.prompt, str):
-            rendered = renderer.encode(body.prompt, add_special_tokens=body.add_special_tokens)
+            check_prompt_chars(len(body.prompt), settings.max_prompt_chars, "prompt")
+            rendered = await off_loop(renderer.encode, body.prompt, body.add_special_tokens)
         else:
-            rendered = renderer.tokens(body.prompt)
+            rendered = await off_loop(renderer.tokens, body.prompt)
         overrides = body.overrides()
         echo = None
         if body.echo:
@@ -232,7 +262,7 @@ def create_app(
                 vllm = {**extra.get("vllm", {}), "prompt_logprobs": body.logprobs}
                 overrides["extra"] = {**extra, "vllm": vllm}
         params = stage_params(overrides)
-        run = Run(request, engine, admission, rendered, params, ["text"])
+        run = Run(request, engine, admission, rendered, params, ["text"], drain)
         if body.stream:
             first = await run.start()
             if echo is not None:  # a stage without prompt logprobs: a 400, not a broken stream
@@ -252,7 +282,7 @@ def create_app(
                 stage_name=first_stage.name,
                 on_done=metrics.count_usage,
             )
-            return StreamingResponse(run.sse(chunks), media_type="text/event-stream")
+            return run.stream(chunks)
         outputs = await run.collect()
         echoed = None
         if echo is not None:
@@ -271,7 +301,7 @@ def create_app(
 
     @app.post("/v1/images/generations")
     async def images(request: Request) -> Any:
-        body = parse_body(ImageRequest, await body_of(request))
+        body = await body_of(request, ImageRequest)
         check_model(body.model or model_id)
         if "image" not in offered:
             raise ApiError(400, f"model '{model_id}' does not generate images", param="model")
@@ -285,9 +315,12 @@ def create_app(
                 for name, p in engine.request_params(params).items()
             }
         rendered = RenderedPrompt(body.prompt, body.prompt, None)
-        outputs = await Run(request, engine, admission, rendered, params, ["image"]).collect()
+        run = Run(request, engine, admission, rendered, params, ["image"], drain)
+        outputs = await run.collect()
         images = [o.payload for o in outputs if isinstance(o.payload, Image) and o.finish_reason]
-        data = [{"b64_json": base64.b64encode(png_bytes(image)).decode()} for image in images]
+        data = await off_loop(
+            lambda: [{"b64_json": base64.b64encode(png_bytes(im)).decode()} for im in images]
+        )
         return {"created": int(time.time()), "data": data}
 
     from omni_core.plugin.hooks import PluginHost
@@ -298,88 +331,3 @@ def create_app(
         route.mount(app, engine)
     plugin_paths.extend(sorted({getattr(r, "path", "") for r in app.routes[core_routes:]} - {""}))
     return app
-
-
-class Run:
-    """One admitted request: its outputs, errors turned into HTTP errors, admission released
-    once it ends (also when the client goes away, which aborts it)."""
-
-    def __init__(
-        self,
-        request: Request,
-        engine: Any,
-        admission: Admission,
-        rendered: RenderedPrompt,
-        params: Any,
-        modalities: list[str],
-    ) -> None:
-        self.request = request
-        self.admission: Admission | None = admission
-        admission.enter()
-        self.gen = _generate(engine, rendered.prompt, params, modalities)
-
-    async def start(self) -> OmniRequestOutput:
-        """The first output (a failure before it is an HTTP error, not a 200 then an error)."""
-        try:
-            return await self.gen.__anext__()
-        except BaseException:
-            await self.close()
-            raise
-
-    async def outputs(self, first: OmniRequestOutput) -> AsyncIterator[OmniRequestOutput]:
-        yield first
-        async for out in self.gen:
-            yield out
-
-    async def sse(self, chunks: AsyncIterator[str]) -> AsyncIterator[str]:
-        try:
-            async for chunk in chunks:
-                yield chunk
-        except ApiError as exc:
-            yield streams.error_event(exc)
-        finally:
-            await self.close()
-
-    async def collect(self) -> list[OmniRequestOutput]:
-        """Run to the end; a client disconnect cancels it (which aborts the request)."""
-
-        async def run() -> list[OmniRequestOutput]:
-            return [o async for o in self.gen]
-
-        async def disconnected() -> None:
-            while (await self.request.receive())["type"] != "http.disconnect":
-                pass
-
-        work = asyncio.ensure_future(run())
-        watch = asyncio.ensure_future(disconnected())
-        try:
-            await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            watch.cancel()
-            if not work.done():
-                work.cancel()  # closing the generator aborts the request in the engine
-            try:
-                await asyncio.wait({work})
-            finally:
-                await self.close()
-        return work.result()
-
-    async def close(self) -> None:
-        if self.admission is not None:
-            self.admission.leave()
-            self.admission = None  # left once, however many paths close the run
-            await self.gen.aclose()
-
-
-async def _generate(
-    engine: Any, prompt: Any, params: Any, modalities: list[str]
-) -> AsyncGenerator[OmniRequestOutput, None]:
-    try:
-        async for out in engine.generate(prompt, sampling_params=params, modalities=modalities):
-            if out.error is not None:
-                raise from_error_info(out.error)
-            yield out
-    except RequestError as exc:
-        raise ApiError(exc.status_code, str(exc), param=exc.param) from None
-    except EngineDeadError as exc:
-        raise ApiError(503, str(exc), "service_unavailable", code="engine_dead") from None

@@ -289,14 +289,49 @@ def _depth(value: Any, limit: int) -> int:
 
 
 def parse_body(model: type[Body], data: dict[str, Any]) -> Body:
-    """A request model from a decoded body, or one 400 naming the first bad field."""
+    """A request model from a decoded body, or one 400 naming the first bad field (its path in
+    the body, e.g. ``messages[0].content[1].type``; ``param`` is its top-level field)."""
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        error = exc.errors(include_url=False)[0]
-        loc = [p for p in error["loc"] if not (isinstance(p, str) and p.startswith("function-"))]
+        errors = exc.errors(include_url=False)
+        paths = [_path_in(data, e) for e in errors]
+        # a union (``content``: a string or a list of parts) reports one error per member: the
+        # one that went deepest into the body is the member the caller meant
+        best = max(range(len(errors)), key=lambda i: len(paths[i]))
+        error, loc = errors[best], paths[best]
         where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
         message = error["msg"]
         if error["type"] == "extra_forbidden":
             message = "unknown field"
         raise ApiError(400, f"'{where}': {message}", param=str(loc[0]) if loc else None) from None
+
+
+def _path_in(data: Any, error: Any) -> list[str | int]:
+    """An error's location as a path in the body: pydantic's ``loc`` also names union members
+    (``str``, ``list[...]``, a discriminated part's tag), which are not keys of the body."""
+    path: list[str | int] = []
+    node = data
+    tagged = None
+    loc = list(error["loc"])
+    for i, part in enumerate(loc):
+        last = i == len(loc) - 1
+        if isinstance(part, int) and isinstance(node, list) and 0 <= part < len(node):
+            path.append(part)
+            node = node[part]
+        elif isinstance(part, str) and isinstance(node, dict):
+            if (
+                part == node.get("type")
+                and node is not tagged
+                and (part not in node or loc[i + 1 : i + 2] != [part])
+            ):
+                tagged = node
+                continue  # a tagged union's member, named by its tag (not a key of the body)
+            if part in node or last:
+                path.append(part)
+                node = node.get(part)
+        elif isinstance(part, str) and last and error["type"] == "missing":
+            path.append(part)
+    if error["type"] in ("union_tag_invalid", "union_tag_not_found"):
+        path.append(str(error.get("ctx", {}).get("discriminator", "type")).strip("'"))
+    return path

@@ -41,7 +41,7 @@ def running_server(
     import uvicorn
 
     from omni_core.serve.app import create_app
-    from omni_core.serve.server import build
+    from omni_core.serve.server import build, uvicorn_config
 
     settings = settings or OmniSettings(shutdown_timeout_s=5)
     if isinstance(pipeline, str) and "\n" in pipeline:
@@ -52,7 +52,8 @@ def running_server(
     engine, metrics = build(pipeline, settings, host, tracer_provider=tracer_provider)
     app = create_app(engine, metrics, api_key=api_key, max_inflight=max_inflight)
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    config = uvicorn_config(app, settings, host="127.0.0.1", port=port, log_level="error")
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10
