@@ -27,7 +27,12 @@ from typing import Any
 from omni_core.errors import EngineDeadError, StartupError
 from omni_core.outputs import StageOutput
 from omni_core.stage.client import StageRequest
-from omni_core.stage.dataplane import SharedMemoryDataPlane, materialize
+from omni_core.stage.dataplane import (
+    OWNER_ENV,
+    SharedMemoryDataPlane,
+    materialize,
+    reclaim_segments,
+)
 from omni_core.stage.local import LocalStageClient
 from omni_core.stage.wire import (
     HANDLE_FREE,
@@ -86,8 +91,10 @@ class ProcessStageClient(LocalStageClient):
 
     async def start(self) -> None:
         await super().start()
+        # segments a SIGKILLed engine left are freed here; ours are taken by this process
+        await asyncio.to_thread(reclaim_segments, self._plane.directory)
         parent, child = socket.socketpair()
-        env = None if self._env is None else {**os.environ, **self._env}
+        env = {**os.environ, **(self._env or {}), OWNER_ENV: str(os.getpid())}
         log = open(self.log_path, "ab") if self.log_path is not None else None
         self.proc = subprocess.Popen(
             [
