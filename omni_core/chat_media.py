@@ -232,7 +232,8 @@ def read_wav(raw: bytes, where: str, budget: MediaBudget | None = None) -> tuple
     raw_samples = np.frombuffer(data, dtype=dtype, count=frames * fmt.channels)
     if fmt.tag == FLOAT_TAG and not np.isfinite(raw_samples).all():
         raise RequestError(f"{where}: the audio has NaN or infinite samples", param=where)
-    samples = raw_samples.astype(np.float32)
+    with np.errstate(over="ignore"):  # a float64 past float32's range: inf, clipped next
+        samples = raw_samples.astype(np.float32)
     if fmt.tag == FLOAT_TAG:
         np.clip(samples, -1.0, 1.0, out=samples)
     else:
