@@ -103,11 +103,13 @@ class ChatOptions:
 
 @dataclass(frozen=True, slots=True)
 class RenderedPrompt:
-    """A stage prompt and what it costs: ``num_tokens`` is None where no tokenizer counts it."""
+    """A stage prompt and what it costs: ``num_tokens`` is None where no tokenizer counts it;
+    ``messages``: the chat it was rendered from (None for a prompt), kept for the hooks."""
 
     prompt: Any
     text: str
     num_tokens: int | None
+    messages: tuple[ChatMessage, ...] | None = None
 
 
 class PromptRenderer(Protocol):
@@ -179,7 +181,7 @@ class PlainRenderer:
     def render_chat(self, messages: list[ChatMessage], options: ChatOptions) -> RenderedPrompt:
         check_parts(messages, self)
         text = "\n".join(m.text() for m in messages)
-        return RenderedPrompt(text, text, None)
+        return RenderedPrompt(text, text, None, tuple(messages))
 
     def encode(self, text: str, add_special_tokens: bool = True) -> RenderedPrompt:
         return RenderedPrompt(text, text, None)
@@ -263,10 +265,8 @@ class TokenizerRenderer:
             ) from None
         ids = self.tokenizer.encode(text, add_special_tokens=False, verbose=False)
         rendered = self._checked(ids, text, "messages")
-        if not media:
-            return rendered
-        prompt = {"prompt_token_ids": ids, "multi_modal_data": media}
-        return RenderedPrompt(prompt, rendered.text, rendered.num_tokens)
+        prompt = {"prompt_token_ids": ids, "multi_modal_data": media} if media else ids
+        return RenderedPrompt(prompt, rendered.text, rendered.num_tokens, tuple(messages))
 
     def _parts(self, i: int, message: ChatMessage, media: dict[str, list[Any]]) -> list[Any]:
         """A message as typed parts for the template; media decoded into ``media``."""

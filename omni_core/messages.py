@@ -24,6 +24,7 @@ class AddRequest(EngineMessage):
     modalities: list[str] | None = None
     stream: Any = None  # the caller-side RequestStream outputs are delivered to
     enqueued_at: float = 0.0
+    source: Any = None  # the caller's input (a RequestInput: chat messages, parts, text)
 
 
 class AbortRequest(EngineMessage):

@@ -115,7 +115,32 @@ class RequestView(Protocol):
         """Parallel-sampling index (0 without children; a companion shares its request's)."""
 
     @property
-    def prompt(self) -> Any: ...
+    def prompt(self) -> Any:
+        """The prompt its first stages receive, as rendered: a chat sent to a first stage with a
+        tokenizer is token ids here (or ``{"prompt_token_ids", "multi_modal_data"}`` with
+        media); a prompt sent as is stays as sent (``str``, token ids, ``dict``). A companion's
+        is its own (``Companion.prompt``). Read what the caller sent in :attr:`messages`,
+        :attr:`parts` and :attr:`text`."""
+
+    @property
+    def messages(self) -> tuple[Mapping[str, Any], ...] | None:
+        """The chat the caller sent (``omni serve`` chats, ``omni run`` without ``--raw``,
+        ``generate(messages=...)``), as OpenAI-style message dicts (``role``, ``content``: a
+        string or typed parts, ``name``), validated; None for a prompt sent as is."""
+
+    @property
+    def parts(self) -> tuple[Mapping[str, Any], ...]:
+        """The chat's non-text content parts in order (``{"type": "image_url", "image_url":
+        {"url": ...}}``, ``{"type": "input_audio", "input_audio": {"data": ..., "format":
+        ...}}``), as sent, not decoded; empty for a prompt."""
+
+    @property
+    def text(self) -> str:
+        """The user-visible text of the request, whatever the first stage's input format: a
+        chat's every message's text (string contents, text parts), joined by newlines; a
+        string prompt itself; a ``dict`` prompt's ``"prompt"`` string; a ``/v1/completions``
+        prompt's text (token ids sent there: their decoding); ``""`` for token ids sent to
+        ``generate()``. A companion's: its own prompt's."""
 
     @property
     def params(self) -> Mapping[int, SamplingParams]:

@@ -169,7 +169,7 @@ def register(app: typer.Typer, state: CliState) -> None:
                 extra["voice"] = voice
             prompt: Any = prompt_text
             if not raw:  # rendered now: a prompt the first stage cannot take starts no stage
-                prompt = render(resolved, state.settings, prompt_text, system, media).prompt
+                prompt = render(resolved, state.settings, prompt_text, system, media)  # + chat
             elif system:
                 raise RequestError("--system needs the chat template (drop --raw)")
             engine = create_engine(config, settings=state.settings, plugins=state.host)

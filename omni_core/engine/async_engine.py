@@ -7,6 +7,7 @@ import time
 from collections.abc import AsyncGenerator
 from typing import Any
 
+from omni_core.chat import RenderedPrompt
 from omni_core.engine.base import OmniEngineBase
 from omni_core.engine.channel import RequestStream
 from omni_core.errors import RequestError
@@ -14,6 +15,7 @@ from omni_core.messages import AddRequest
 from omni_core.orchestrator.base import OrchestratorBase
 from omni_core.orchestrator.turn import Orchestrator
 from omni_core.outputs import OmniRequestOutput
+from omni_core.request_input import rendered_input
 from omni_core.sampling import SamplingParams
 
 
@@ -36,14 +38,21 @@ class AsyncOmniEngine(OmniEngineBase):
         :class:`~omni_core.errors.EngineDeadError`). Closing or cancelling it aborts the request.
 
         Give either ``prompt`` or chat ``messages`` (OpenAI's shape), rendered by the first
-        stage's chat template as :meth:`render_chat` does.
+        stage's chat template as :meth:`render_chat` does. A prompt :meth:`render_chat` returned
+        (a ``RenderedPrompt``) is sent as its rendered prompt and keeps its chat: hooks read the
+        messages and their text (``RequestView.messages``, ``.text``) whatever the rendering.
         """
         runtime = self._runtime
         runtime.check_alive()
         if (prompt is None) == (messages is None):
             raise RequestError("give either a prompt or messages")
         if messages is not None:
-            prompt = self.render_chat(messages).prompt
+            prompt = self.render_chat(messages)
+        if isinstance(prompt, RenderedPrompt):
+            source = rendered_input(prompt)
+            prompt = prompt.prompt
+        else:
+            source = None  # the prompt is the caller's: RequestView reads it from the prompt
         rid = self.new_request_id() if request_id is None else self.check_request_id(request_id)
         if rid in runtime.streams:
             raise RequestError(f"request id '{rid}' is already in flight")
@@ -63,6 +72,7 @@ class AsyncOmniEngine(OmniEngineBase):
                     modalities=modalities,
                     stream=stream,
                     enqueued_at=time.monotonic(),
+                    source=source,
                 )
             )
             items = stream.items

@@ -52,7 +52,8 @@ class PoolingRenderer(TokenizerRenderer):
 
     def render_chat(self, messages: list[ChatMessage], options: ChatOptions) -> RenderedPrompt:
         check_parts(messages, self)
-        return self.encode("\n".join(m.text() for m in messages))
+        rendered = self.encode("\n".join(m.text() for m in messages))
+        return RenderedPrompt(rendered.prompt, rendered.text, rendered.num_tokens, tuple(messages))
 
     def encode(self, text: str, add_special_tokens: bool = True) -> RenderedPrompt:
         templated = apply_template(self.template, text)

@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 
 from omni_core.outputs import StageResult
+from omni_core.request_input import RequestInput, prompt_input
 from omni_core.sampling import SamplingParams
 
 
@@ -62,6 +63,7 @@ class RunState:
     terminal: bool = False
     tags: dict[str, Any] = field(default_factory=dict)
     stream_gates: dict[int, Any] | None = None  # stage id -> the gates' Verdict its chunks take
+    source: RequestInput | None = None  # what the caller sent, where it is not ``prompt`` itself
 
     @property
     def request_id(self) -> str:
@@ -71,3 +73,20 @@ class RunState:
     @property
     def visible(self) -> bool:
         return self.companion_of is None
+
+    def _input(self) -> RequestInput:
+        if self.source is None:
+            self.source = prompt_input(self.prompt)
+        return self.source
+
+    @property
+    def messages(self) -> tuple[dict[str, Any], ...] | None:
+        return self._input().messages
+
+    @property
+    def parts(self) -> tuple[dict[str, Any], ...]:
+        return self._input().parts
+
+    @property
+    def text(self) -> str:
+        return self._input().text

@@ -14,6 +14,7 @@ from omni_core.outputs import StageResult
 
 if TYPE_CHECKING:
     from omni_core.orchestrator.graph import StageGraph
+    from omni_core.request_input import RequestInput
     from omni_core.sampling import SamplingParams
 
 
@@ -36,15 +37,20 @@ class RequestTable:
         params: dict[int, SamplingParams],
         needed: frozenset[int],
         finals: tuple[int, ...],
+        source: RequestInput | None = None,
     ) -> RunState:
-        """A run through ``needed`` (not registered yet)."""
+        """A run through ``needed`` (not registered yet); ``source``: what the caller sent
+        (None: the prompt is the caller's own)."""
         names = self.graph.stage_names
         stages = {
             sid: StageRun(StageResult(stage_id=sid, stage_name=names[sid]))
             for sid in self.graph.order
             if sid in needed
         }
-        return RunState(run_id, parent, index, prompt, params, needed, finals, stages)
+        run = RunState(run_id, parent, index, prompt, params, needed, finals, stages)
+        if source is not None:
+            run.source = source
+        return run
 
     def add(self, run: RunState) -> None:
         self.runs[run.run_id] = run

@@ -60,6 +60,7 @@ class Orchestrator(OrchestratorBase):
                 msg.params if i == 0 else child_params(msg.params, i),
                 needed,
                 finals,
+                msg.source,
             )
             for i in range(n)
         ]
