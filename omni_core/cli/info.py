@@ -41,7 +41,7 @@ def register(app: typer.Typer, state: CliState) -> None:
         for file in files:
             try:
                 resolved = resolve_pipeline(  # a dotted-path bridge is located, not imported
-                    file if is_existing_path(file) else str(file), state.host, import_bridges=False
+                    file if is_existing_path(file) else str(file), state.host, import_code=False
                 )
             except ConfigError as exc:
                 problems.extend(exc.problems)

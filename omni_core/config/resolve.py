@@ -75,13 +75,14 @@ def shorten(text: str, limit: int = 120) -> str:
 
 
 def resolve_pipeline(
-    pipeline: str | Path | PipelineConfig, host: PluginHost, *, import_bridges: bool = True
+    pipeline: str | Path | PipelineConfig, host: PluginHost, *, import_code: bool = True
 ) -> ResolvedPipeline:
     """Check ``pipeline`` against what plugins registered and bind its kinds, args and bridges.
 
-    ``import_bridges=False`` (``omni config validate``): a dotted-path bridge is located without
-    executing any module (a config file does not run code when it is checked) and bound to an
-    :class:`UnimportedBridge`; it is imported when the pipeline runs.
+    ``import_code=False`` (``omni config validate``): a module a config names (a dotted-path
+    bridge; a kind's callable, through the validation context ``{"import_code": False}``) is
+    located without executing any module (a config file does not run code when it is checked); a
+    bridge is bound to an :class:`UnimportedBridge`. It is imported when the pipeline runs.
     """
     config = load_pipeline(pipeline, host)
     problems: list[str] = []
@@ -129,12 +130,14 @@ def resolve_pipeline(
             )
             continue
         try:
-            args = kind.config_model.model_validate(stage.engine_args)
+            args = kind.config_model.model_validate(
+                stage.engine_args, context={"import_code": import_code}
+            )
         except ValidationError as exc:
             problems.extend(_model_problems(exc, label, prefix="engine_args."))
             continue
         try:
-            if import_bridges:
+            if import_code:
                 bridge = _resolve_bridge(stage.bridge, bridges)
             else:
                 bridge = _check_bridge(stage.bridge, bridges)

@@ -34,7 +34,6 @@ function is a start-up error naming it.
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import json
 import sys
 import weakref
@@ -109,11 +108,11 @@ class TorchArgs(BaseModel):
         module_name, sep, attr = value.partition(":")
         if not sep or not module_name or not attr.isidentifier():
             raise ValueError(f"'{value}' is not of the form 'pkg.module:function'")
-        try:
-            found = importlib.util.find_spec(module_name) is not None
-        except (ImportError, ValueError) as exc:  # a parent package that fails to import
-            raise ValueError(f"cannot import '{module_name}': {exc}") from None
-        if not found:
+        from omni_core.config.resolve import module_locatable  # no parent package is imported
+
+        if not all(p.isidentifier() for p in module_name.split(".")):
+            raise ValueError(f"'{value}' is not of the form 'pkg.module:function'")
+        if not module_locatable(module_name):
             raise ValueError(f"cannot import '{value}': no module named '{module_name}'")
         module = sys.modules.get(module_name)  # already imported here: check the function too
         if module is not None and not callable(getattr(module, attr, None)):

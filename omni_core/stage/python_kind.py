@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from omni_core.outputs import ErrorInfo, StageOutput
 from omni_core.stage.client import StageContext, StageRequest
@@ -36,8 +36,17 @@ class PythonStageArgs(BaseModel):
 
     @field_validator("callable")
     @classmethod
-    def _importable(cls, value: str) -> str:
-        import_callable(value)
+    def _importable(cls, value: str, info: ValidationInfo) -> str:
+        if (info.context or {}).get("import_code", True):
+            import_callable(value)
+        else:  # `omni config validate`: located, not imported (no code of the file's runs)
+            from omni_core.config.resolve import module_locatable
+
+            module_name, sep, _ = value.partition(":")
+            if not sep:
+                module_name = value.rpartition(".")[0]
+            if not module_name or not module_locatable(module_name):
+                raise ValueError(f"cannot import '{value}': no module named '{module_name}'")
         return value
 
 

@@ -46,7 +46,7 @@ stages:
 def test_check_locates_a_dotted_bridge_without_running_its_package(
     plugin_host, side_effect_package
 ):
-    resolved = resolve_pipeline(chain("sfx_pkg.bridge:make"), plugin_host, import_bridges=False)
+    resolved = resolve_pipeline(chain("sfx_pkg.bridge:make"), plugin_host, import_code=False)
     assert resolved.stages[1].bridge == UnimportedBridge("sfx_pkg.bridge:make")
     assert not (side_effect_package / "pkg-ran").exists()
     assert not (side_effect_package / "mod-ran").exists()
@@ -69,7 +69,7 @@ def test_check_reports_an_unlocatable_bridge_naming_stage_and_name(
     plugin_host, side_effect_package, bridge, fragment
 ):
     with pytest.raises(ConfigError) as err:
-        resolve_pipeline(chain(bridge), plugin_host, import_bridges=False)
+        resolve_pipeline(chain(bridge), plugin_host, import_code=False)
     [problem] = err.value.problems
     assert problem.startswith("p.yaml: stage 'b' (id 1): field 'bridge': "), problem
     assert fragment in problem
@@ -81,3 +81,36 @@ def test_module_locatable_uses_loaded_modules_and_finders():
     assert module_locatable("json.decoder")
     assert not module_locatable("json.nope")
     assert not module_locatable("json.decoder.deeper")  # a module is not a package
+
+
+def one_stage(kind: str, engine_args: str) -> PipelineConfig:
+    return PipelineConfig.from_yaml_text(
+        f"""
+name: x
+stages:
+  - {{id: 0, name: a, kind: {kind}, final_output: true, engine_args: {engine_args}}}
+""",
+        source="p.yaml",
+    )
+
+
+def test_check_locates_a_python_stage_callable_without_importing_it(
+    plugin_host, side_effect_package
+):
+    config = one_stage("python", "{callable: 'sfx_pkg.bridge:make'}")
+    resolve_pipeline(config, plugin_host, import_code=False)
+    assert not (side_effect_package / "pkg-ran").exists()
+    assert not (side_effect_package / "mod-ran").exists()
+    with pytest.raises(ConfigError, match="stage 'a' .*no module named 'sfx_pkg.nope'"):
+        resolve_pipeline(
+            one_stage("python", "{callable: 'sfx_pkg.nope:make'}"), plugin_host, import_code=False
+        )
+    resolve_pipeline(config, plugin_host)  # running imports it, as before
+    assert (side_effect_package / "mod-ran").exists()
+
+
+def test_a_torch_stage_engine_is_located_without_running_its_package(
+    plugin_host, side_effect_package
+):
+    resolve_pipeline(one_stage("torch", "{engine: 'sfx_pkg.bridge:make'}"), plugin_host)
+    assert not (side_effect_package / "pkg-ran").exists()
