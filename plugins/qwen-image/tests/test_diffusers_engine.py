@@ -200,6 +200,11 @@ def test_previews_then_the_image_and_abort_between_steps_leaves_nothing(engine, 
             {"image": {"height": 40}},
             "extra['image'].height",
         ),
+        (  # past the stage's max_pixels (1024x1024): the replica checks too
+            {"prompt_embeds": np.zeros((4, 64), np.float32)},
+            {"image": {"height": 2048, "width": 1024}},
+            "extra['image'].width",
+        ),
         (  # the generic section takes no kind-specific option
             {"prompt_embeds": np.zeros((4, 64), np.float32)},
             {"image": {"true_cfg_scale": 1.0}},

@@ -113,6 +113,18 @@ async def test_a_size_the_vae_does_not_allow_or_zero_steps_is_a_400_naming_the_f
         assert f"extra['diffusers'].{field}" in error.message
 
 
+async def test_an_image_over_the_stages_max_pixels_is_refused_at_admission(engine):
+    extra = {"image": {"height": 4096, "width": 4096}}
+    outputs = await run(engine, "a red square", "image", extra=extra)
+    assert len(outputs) == 1 and outputs[0].finish_reason == "error"
+    error = outputs[0].error  # refused by the plugin at admission, not by the replica
+    assert error.status_code == 400 and error.type == "RequestRejected"
+    assert error.message == (
+        "extra['image'].width x extra['image'].height: 4096x4096 = 16777216 pixels, at most "
+        "1048576 (stage 'dit' engine_args.max_pixels)"
+    )
+
+
 async def test_an_abort_between_steps_is_a_whole_sample_retry_and_the_stage_serves_on(engine):
     params = {"dit": {"seed": 5, "extra": {"diffusers": {"steps": 400, "preview_every": 1}}}}
     stream = engine.generate("a red square", sampling_params=params, modalities=["image"])

@@ -61,6 +61,10 @@ def test_images_route_equals_the_pipeline_guided_at_the_requested_size(server, p
 def test_bad_size_is_a_400_naming_it(server):
     bad = post(server, size="40x40")
     assert bad.status_code == 400 and "extra['image'].height" in bad.text
+    big = post(server, size="2048x2048")  # over the stage's max_pixels (1024x1024)
+    assert big.status_code == 400 and big.json()["error"]["message"].endswith(
+        "2048x2048 = 4194304 pixels, at most 1048576 (stage 'dit' engine_args.max_pixels)"
+    )
     bad = post(server, size="large")
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "size"
 

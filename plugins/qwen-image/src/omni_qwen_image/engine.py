@@ -24,8 +24,7 @@ from typing import Any
 
 from omni_core.errors import RequestError
 from omni_core.kinds.torch_kind import StageOutput, TorchStageEngine, error_output
-from omni_core.media import IMAGE_OPTIONS
-from omni_qwen_image.kind import SECTION, DiffusersArgs, DiffusersOptions, ImageRequestOptions
+from omni_qwen_image.kind import DiffusersArgs, checked_options
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +52,7 @@ class DiffusersEngine(TorchStageEngine):
         from omni_core.kinds.torch_kind import default_plane
 
         self.args = DiffusersArgs.model_validate(config["args"])
+        self.stage = config.get("stage", "diffusers")
         torch.set_num_threads(self.args.threads)
         df_logging.set_verbosity_error()
         df_logging.disable_progress_bar()
@@ -73,10 +73,8 @@ class DiffusersEngine(TorchStageEngine):
     def add(self, request: Any) -> None:
         torch = self.torch
         params = request.params
-        options = request_options(params.extra)
+        options, height, width = checked_options(params.extra, self.args, self.stage)
         steps = options.steps or self.args.steps
-        height = options.height or self.args.height
-        width = options.width or self.args.width
         scale = _pick(options.true_cfg_scale, self.args.true_cfg_scale)
         conds = self.conditionings(request.prompt, scale)
         _check_guidance(params.extra, request.prompt)
@@ -310,26 +308,6 @@ class DiffusersEngine(TorchStageEngine):
             image = vae.decode(x / std + mean, return_dict=False)[0][:, :, 0]
             pixels = pipe.image_processor.postprocess(image, output_type="np")[0]
         return pixels.astype("float32")
-
-
-def request_options(extra: dict[str, Any]) -> DiffusersOptions:
-    """The request's options: the generic image options (``extra["image"]``) under this kind's
-    own (``extra["diffusers"]``, which wins field by field); a bad value is one 400 naming the
-    section and field."""
-    from pydantic import BaseModel, ValidationError
-
-    merged: dict[str, Any] = {}
-    model: type[BaseModel]
-    for section, model in ((IMAGE_OPTIONS, ImageRequestOptions), (SECTION, DiffusersOptions)):
-        value = extra.get(section) or {}
-        try:
-            options = model.model_validate(value)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = f"extra['{section}']" + "".join(f".{x}" for x in first["loc"])
-            raise RequestError(f"{where}: {first['msg']}", param=where) from None
-        merged.update(options.model_dump(exclude_none=True))
-    return DiffusersOptions.model_validate(merged)
 
 
 def _check_guidance(extra: dict[str, Any], prompt: Any) -> None:

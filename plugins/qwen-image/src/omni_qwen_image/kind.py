@@ -16,6 +16,10 @@ from omni_core.stage.process import ProcessStageClient
 
 SECTION = "diffusers"  # a request's options: SamplingParams.extra["diffusers"]
 MULTIPLE = 16  # Qwen-Image's height and width: multiples of 2 * the VAE's scale factor (8)
+MAX_STEPS = 1000  # a request's denoising steps (the scheduler's training range)
+MAX_SIDE = 4096  # an image side in pixels, at most (Qwen-Image's largest trained size is ~1664)
+# a stage's default max_pixels: 1024x1024, sized to a 24 GiB CPU host (docs/security.md)
+DEFAULT_MAX_PIXELS = 1024 * 1024
 
 
 class DiffusersArgs(BaseModel):
@@ -31,6 +35,18 @@ class DiffusersArgs(BaseModel):
     steps: int = Field(default=50, ge=1, description="denoising steps per sample")
     height: int = Field(default=1024, ge=MULTIPLE, multiple_of=MULTIPLE, description="pixels")
     width: int = Field(default=1024, ge=MULTIPLE, multiple_of=MULTIPLE, description="pixels")
+    max_side: int = Field(
+        default=MAX_SIDE,
+        ge=MULTIPLE,
+        le=MAX_SIDE,
+        description="largest height or width in pixels (this stage's own and a request's)",
+    )
+    max_pixels: int = Field(
+        default=DEFAULT_MAX_PIXELS,
+        ge=MULTIPLE * MULTIPLE,
+        description="largest height x width (this stage's own and a request's): one sample's "
+        "memory grows with it; past it a request is refused at admission (400)",
+    )
     true_cfg_scale: float = Field(
         default=4.0,
         ge=0,
@@ -65,11 +81,16 @@ class DiffusersArgs(BaseModel):
     def _dtype(self) -> DiffusersArgs:
         if self.dtype not in ("float32", "bfloat16"):
             raise ValueError(f"dtype: {self.dtype!r} is not float32 or bfloat16")
+        if max(self.height, self.width) > self.max_side:
+            raise ValueError(
+                f"height x width: {self.height}x{self.width}, a side over max_side={self.max_side}"
+            )
+        if self.height * self.width > self.max_pixels:
+            raise ValueError(
+                f"height x width: {self.height}x{self.width} = {self.height * self.width} pixels, "
+                f"over max_pixels={self.max_pixels} (raise max_pixels for a larger default)"
+            )
         return self
-
-
-MAX_STEPS = 1000  # a request's denoising steps (the scheduler's training range)
-MAX_SIDE = 4096  # a request's image side in pixels (Qwen-Image's largest trained size is ~1664)
 
 
 class ImageRequestOptions(BaseModel):
@@ -94,6 +115,67 @@ class DiffusersOptions(ImageRequestOptions):
     )
 
 
+def request_options(extra: dict[str, Any]) -> DiffusersOptions:
+    """The request's options: the generic image options (``extra["image"]``) under this kind's
+    own (``extra["diffusers"]``, which wins field by field); a bad value is one 400 naming the
+    section and field."""
+    from pydantic import ValidationError
+
+    from omni_core.errors import RequestError
+    from omni_core.media import IMAGE_OPTIONS
+
+    merged: dict[str, Any] = {}
+    model: type[BaseModel]
+    for section, model in ((IMAGE_OPTIONS, ImageRequestOptions), (SECTION, DiffusersOptions)):
+        value = extra.get(section) or {}
+        try:
+            options = model.model_validate(value)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = f"extra['{section}']" + "".join(f".{x}" for x in first["loc"])
+            raise RequestError(f"{where}: {first['msg']}", param=where) from None
+        merged.update(options.model_dump(exclude_none=True))
+    return DiffusersOptions.model_validate(merged)
+
+
+def checked_options(
+    extra: dict[str, Any], args: DiffusersArgs, stage: str
+) -> tuple[DiffusersOptions, int, int]:
+    """A request's options (:func:`request_options`) and its image's height and width on a stage
+    with these ``args`` (the options over the stage's own). Past the stage's ``max_side`` or
+    ``max_pixels``: one RequestError (400) naming the fields and the limit. Cheap: runs at
+    admission, before anything is allocated (and again in the replica)."""
+    from omni_core.errors import RequestError
+    from omni_core.media import IMAGE_OPTIONS
+
+    options = request_options(extra)
+    height = options.height or args.height
+    width = options.width or args.width
+
+    def where(field: str) -> str:
+        for section in (SECTION, IMAGE_OPTIONS):
+            value = extra.get(section)
+            if isinstance(value, dict) and value.get(field) is not None:
+                return f"extra['{section}'].{field}"
+        return f"stage '{stage}' engine_args.{field}"
+
+    for field, value in (("height", height), ("width", width)):
+        if value > args.max_side:
+            raise RequestError(
+                f"{where(field)}: {value} pixels, at most {args.max_side} "
+                f"(stage '{stage}' engine_args.max_side)",
+                param=where(field),
+            )
+    if height * width > args.max_pixels:
+        fields = f"{where('width')} x {where('height')}"
+        raise RequestError(
+            f"{fields}: {width}x{height} = {height * width} pixels, at most {args.max_pixels} "
+            f"(stage '{stage}' engine_args.max_pixels)",
+            param=where("width") if options.width else where("height"),
+        )
+    return options, height, width
+
+
 INSTALL = "pip install --no-deps -r requirements/qwen-image.txt (./setup.sh does)"
 
 
@@ -115,6 +197,7 @@ def make_diffusers_client(stage: Any, replica: int, context: StageContext) -> Pr
         "factory": "omni_qwen_image.engine:build",
         "model": resolve_model(args.model, context.settings.cache_dir),
         "args": args.model_dump(),
+        "stage": stage.name,
     }
     return process_client(
         stage, replica, context, config, args.threads, args.env, args.start_timeout_s

@@ -17,6 +17,9 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from omni_core.config.pipeline import PipelineConfig
+    from omni_core.plugin.types import Admission
+    from omni_core.sampling import SamplingParams
+    from omni_core.views import OrchestratorPort, RequestView
 
 OMNI_PLUGIN_API_VERSION = 2
 
@@ -96,3 +99,24 @@ def omni_register_pipelines() -> Iterable[PipelineSpec]:
             "(diffusers), a PNG; guidance through omni-cfg",
         )
     ]
+
+
+@hookimpl
+def omni_admit_request(
+    request: RequestView, params: dict[int, SamplingParams], port: OrchestratorPort
+) -> Admission | None:
+    """Refuse, before anything is allocated, a request whose options a ``diffusers`` stage it
+    needs would refuse: a bad field, or an image past the stage's ``max_side``/``max_pixels``
+    (one 400 naming the field and the limit; the replica checks again)."""
+    from omni_core import RequestError, RequestRejected
+    from omni_qwen_image.kind import DiffusersArgs, checked_options
+
+    for sid in sorted(request.needed):
+        stage = port.pipeline.stages[sid]
+        if stage.kind.name != "diffusers" or not isinstance(stage.args, DiffusersArgs):
+            continue
+        try:
+            checked_options(params[sid].extra, stage.args, stage.name)
+        except RequestError as exc:
+            raise RequestRejected(400, str(exc)) from None
+    return None
