@@ -101,6 +101,10 @@ def decode_audio(
     if src_rate == rate:
         return samples
     out = (samples.size * rate + src_rate // 2) // src_rate
+    if not out:
+        raise RequestError(
+            f"{where}: the audio is shorter than one sample at {rate} Hz", param=where
+        )
     if out * 4 > budget.audio_bytes:
         raise _too_large(
             where,

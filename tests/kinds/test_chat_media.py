@@ -155,6 +155,7 @@ def test_float_and_extensible_wavs_are_decoded():
         (riff(fmt_chunk(EXTENSIBLE_TAG, 1, 16000, 32, sub=3)[:-1] + b"?", b"\0" * 4), "subformat"),
         (riff(fmt_chunk(1, 2, 16000, 16, align=3), b"\0" * 6), "block align 3 does not match"),
         (riff(fmt_chunk(1, 1, 16000, 16), b""), "the audio is empty"),
+        (riff(fmt_chunk(1, 1, 48000, 16), b"\1\0"), "shorter than one sample at 16000 Hz"),
         (b"RIFF\0\0\0\0WAVE" + chunk(b"data", b"\0\0") + chunk(b"fmt ", b"x" * 16), "before the"),
         (b"RIFF\0\0\0\0WAVE" + chunk(b"fmt ", fmt_chunk(1, 1, 16000, 16)), "no data chunk"),
         (b"RIFF\0\0\0\0WAVE" + chunk(b"fmt ", b"\1\0", size=40), "fmt chunk is cut short"),
