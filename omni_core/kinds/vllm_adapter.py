@@ -7,6 +7,7 @@ a new vLLM, this module is the one to port. Imported only inside ``vllm`` stage 
 
 from __future__ import annotations
 
+import copy
 import os
 import time
 from typing import Any
@@ -238,6 +239,7 @@ __all__ = [
     "LazyRequestOutput",
     "RequestOutput",
     "VLLMClientError",
+    "add_resumable",
     "batch_layout",
     "build_engine",
     "input_embeddings",
@@ -403,3 +405,46 @@ def batch_layout(runner: Any) -> tuple[list[str], Any, Any]:
 def input_embeddings(model: Any, input_ids: Any) -> Any:
     """The LM input embeddings of ``input_ids`` (a text-only forward passes ids, not embeddings)."""
     return model.embed_input_ids(input_ids)
+
+
+def add_resumable(
+    engine: LLMEngine,
+    request_id: str,
+    prompt: Any,
+    params: VllmSamplingParams,
+    engine_id: str | None = None,
+    check: Any = None,
+) -> tuple[str, list[int]]:
+    """Add one chunk of a resumable request (vLLM's streaming input, which ``LLMEngine`` itself
+    does not offer): the first chunk (``engine_id`` None) creates the request, a later one
+    (``engine_id``: what the first returned) is appended to it. ``check(prompt_ids)`` sees the
+    chunk's rendered token ids (multimodal placeholders expanded) and may raise before the engine
+    sees anything. Returns the engine's request id and the chunk's token ids (a copy: vLLM
+    extends the first chunk's list in place)."""
+    from vllm.renderers.inputs.preprocess import extract_prompt_components
+
+    request = engine.input_processor.process_inputs(
+        request_id,
+        to_prompt(prompt),
+        params,
+        supported_tasks=engine.get_supported_tasks(),
+        resumable=True,
+    )
+    if request.prompt_embeds is not None:
+        raise ValueError("prompt_embeds: vLLM does not take them in a resumable request")
+    ids = list(request.prompt_token_ids or ())
+    if check is not None:
+        check(ids)
+    if engine_id is None:
+        engine.input_processor.assign_request_id(request)
+    else:
+        request.request_id = engine_id
+        request.external_req_id = request_id
+    text, _, _ = extract_prompt_components(engine.model_config, to_prompt(prompt))
+    # In this process the scheduler and the output processor would share the prompt's list, and
+    # both extend it with the next chunk: each gets its own.
+    processed = copy.copy(request)
+    processed.prompt_token_ids = list(ids)
+    engine.output_processor.add_request(processed, text, None, 0)
+    engine.engine_core.add_request(request)
+    return request.request_id, ids

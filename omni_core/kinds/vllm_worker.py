@@ -1,9 +1,15 @@
 """Engine of a ``vllm`` stage process: vLLM's ``LLMEngine`` behind the worker protocol.
 
-``stream`` edges: vLLM 0.32's synchronous engine has no resumable (streaming-input) requests, so
-each input chunk runs as its own generation whose prompt is the whole input received so far
-(prefix caching keeps the repeated prefix cheap); their outputs are one stream for the request,
-which finishes with the last chunk's generation once the input is closed.
+``stream`` edges: a streamed-input request is one resumable vLLM request
+(:mod:`omni_core.kinds.vllm_session`): each input chunk is appended to it (only the chunk is
+prefilled, the KV of everything before is kept) and generates a segment with the request's
+params; the context is the interleaved sequence ``chunk 1, segment 1, chunk 2, segment 2, ...``
+and the segments are one output stream, which finishes with the last chunk's segment once the
+input is closed. The stage caps the running length at ``max_model_len`` (a chunk that would not
+fit fails the request with 400 before vLLM sees it: vLLM would kill the engine). Where vLLM
+refuses resumable requests (stop strings, ``n > 1``, ``prompt_embeds``; hidden states are not
+captured for them either), each chunk runs as its own generation over the chunks received so far
+(prefix caching keeps the repeated prefix cheap), as before, and the stage logs it once.
 
 Failures: what vLLM raises while accepting a request (a prompt longer than ``max_model_len``,
 sampling values it refuses) fails that request with 400 (:mod:`omni_core.stage.worker` catches
@@ -14,18 +20,20 @@ replica ends.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
 from omni_core.errors import RequestError
+from omni_core.kinds.vllm_session import PromptTooLongError, ResumableSession, refusal
 from omni_core.outputs import StageOutput, TokenLogprob
 from omni_core.stage.worker import REQUEST_ERRORS, error_output, injected_fault
 
+logger = logging.getLogger(__name__)
 
-class PromptTooLongError(RequestError):
-    """A prompt (after tokenization) longer than the stage's ``max_model_len`` allows (400)."""
+__all__ = ["PromptTooLongError", "VllmWorkerEngine", "build"]
 
 
 def _about_prompt_length(exc: BaseException) -> bool:
@@ -44,6 +52,9 @@ class _Streamed:
     active: str | None = None
     closed: bool = False
     chunks: int = 0
+    session: ResumableSession | None = None  # None: each chunk re-prefills (vLLM refuses)
+    fresh: bool = False  # the session's next output starts a segment: it carries the prompt ids
+    reason: str | None = None  # the last segment's finish reason
 
 
 class VllmWorkerEngine:
@@ -71,6 +82,9 @@ class VllmWorkerEngine:
         self.ready: list[StageOutput] = []
         self.fresh: set[str] = set()  # requests whose first output (with the prompt ids) is due
         self.faulty: set[str] = set()  # requests whose next step output raises (testing only)
+        self.warned: set[str] = set()  # why streamed input re-prefills, said once each
+        # sessions waiting for their next chunk: unfinished in vLLM, but nothing to step
+        self.idle: set[str] = set()
 
     def _open(self, config: dict[str, Any], pooling: bool = False, **overrides: Any) -> None:
         """Build the stage's vLLM engine (``engine``, its adapter ``va``, the errors it raises):
@@ -120,6 +134,16 @@ class VllmWorkerEngine:
                 )
             params = self.va.sampling_params(request.params)
             state = _Streamed(params)
+            why = refusal(params, request.prompt)
+            if why is None:
+                state.session = ResumableSession(self.engine, rid, self.max_model_len)
+            elif why not in self.warned:
+                self.warned.add(why)
+                logger.warning(
+                    "streamed input with %s: vLLM refuses resumable requests with it, so each "
+                    "chunk re-prefills the whole input (said once)",
+                    why,
+                )
             self.streamed[rid] = state
             self._queue_chunk(rid, state, request.prompt)
         else:
@@ -170,6 +194,13 @@ class VllmWorkerEngine:
         return list(self.engine.get_tokenizer().encode(str(text)))
 
     def _next_chunk(self, request_id: str, state: _Streamed) -> None:
+        if state.session is not None:
+            if not state.session.generating and state.pending:
+                chunk = state.pending.popleft()
+                state.session.append(chunk, state.params)
+                state.fresh = True
+            self._mark(request_id, state.session)
+            return
         if state.active is not None or not state.pending:
             return
         prefix = state.prefix + state.pending[0]
@@ -180,23 +211,50 @@ class VllmWorkerEngine:
         state.prefix = prefix
         state.chunks += 1
         state.active = sub
+        state.fresh = True
         self.sub_owner[sub] = request_id
 
+    def _mark(self, request_id: str, session: ResumableSession) -> None:
+        if session.engine_id is not None and not session.generating:
+            self.idle.add(request_id)
+        else:
+            self.idle.discard(request_id)
+
+    def _busy(self) -> bool:
+        """vLLM has a request to step (not only idle sessions)."""
+        return self.engine.get_num_unfinished_requests() > len(self.idle)
+
+    def _done(self, state: _Streamed) -> bool:
+        busy = state.session.generating if state.session is not None else state.active is not None
+        return state.closed and not busy and not state.pending
+
     def _maybe_finish(self, request_id: str, state: _Streamed) -> None:
-        if state.closed and state.active is None and not state.pending:
-            del self.streamed[request_id]
+        if self._done(state):
+            self._end_session(request_id)
             self.ready.append(
-                StageOutput(request_id=request_id, finished=True, finish_reason="stop")
+                StageOutput(
+                    request_id=request_id, finished=True, finish_reason=state.reason or "stop"
+                )
             )
+
+    def _end_session(self, request_id: str) -> None:
+        state = self.streamed.pop(request_id, None)
+        self.idle.discard(request_id)
+        if state is not None and state.session is not None:
+            state.session.close()
 
     def abort(self, request_ids: list[str]) -> None:
         ids = list(request_ids)
         for rid in request_ids:
             self.faulty.discard(rid)
             self.fresh.discard(rid)
+            self.idle.discard(rid)
             if self.hidden is not None:
                 self.hidden.forget(rid)
             state = self.streamed.pop(rid, None)
+            if state is not None and state.session is not None:
+                state.session.engine_id = None  # aborted below, by its request id
+                state.session.close()
             if state is not None and state.active is not None:
                 ids.append(state.active)
                 self.sub_owner.pop(state.active, None)
@@ -233,11 +291,11 @@ class VllmWorkerEngine:
 
     # --- stepping -------------------------------------------------------------------------------
     def has_work(self) -> bool:
-        return bool(self.ready) or (not self.paused and self.engine.has_unfinished_requests())
+        return bool(self.ready) or (not self.paused and self._busy())
 
     def step(self) -> list[StageOutput]:
         outputs, self.ready = self.ready, []
-        if self.paused or not self.engine.has_unfinished_requests():
+        if self.paused or not self._busy():
             return outputs
         for ro in self.engine.step():
             owner = self.sub_owner.get(ro.request_id, ro.request_id)
@@ -252,7 +310,7 @@ class VllmWorkerEngine:
 
     def _take(self, ro: Any, outputs: list[StageOutput]) -> None:
         """Turn one of vLLM's request outputs into ours (and start a streamed request's next
-        chunk when one finished)."""
+        chunk when its segment, or its chunk generation, finished)."""
         completion = ro.outputs[0]
         rid = ro.request_id
         owner = self.sub_owner.get(rid)
@@ -261,19 +319,36 @@ class VllmWorkerEngine:
             raise RuntimeError(f"fault injected while stepping request {owner or rid}")
         finished = ro.finished
         reason = completion.finish_reason
-        if owner is not None:  # a chunk generation of a streamed request
+        prompt_ids = None
+        state = self.streamed.get(owner or rid)
+        if state is not None and state.session is not None:  # a resumable request's segment
+            if state.fresh:
+                state.fresh = False
+                prompt_ids = list(state.session.context)
+            if finished:  # vLLM ended the request itself (e.g. a grammar refused a token)
+                self._end_session(rid)
+            elif state.session.take(completion):
+                state.reason = reason
+                self._next_chunk(rid, state)
+                if self._done(state):
+                    self._end_session(rid)
+                    finished = True
+            reason = reason if finished else None
+        elif owner is not None:  # a chunk generation of a re-prefilled streamed request
+            if state is not None and state.fresh:
+                state.fresh = False
+                prompt_ids = list(ro.prompt_token_ids or ())
             if finished:
                 del self.sub_owner[rid]
-                state = self.streamed.get(owner)
                 if state is not None:
                     state.active = None
+                    state.reason = reason
                     self._next_chunk(owner, state)
             finished, reason, rid = False, None, owner
-        hidden = self.hidden.take(rid, finished) if self.hidden is not None else None
-        prompt_ids = None
-        if rid in self.fresh:
+        elif rid in self.fresh:
             self.fresh.discard(rid)
             prompt_ids = list(ro.prompt_token_ids or ())
+        hidden = self.hidden.take(rid, finished) if self.hidden is not None else None
         outputs.append(
             StageOutput(
                 request_id=rid,

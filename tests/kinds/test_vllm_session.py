@@ -1,0 +1,139 @@
+"""Resumable vLLM requests (omni_core.kinds.vllm_session) on one real tiny-thinker engine, in
+this process: interleaved context equal to fresh requests, the length cap that keeps the engine
+alive, stop-now keeping the KV."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from omni_core import OmniSettings
+from omni_core.models import resolve_model
+
+MAX_MODEL_LEN = 96
+
+
+@pytest.fixture(scope="module")
+def engine():
+    import torch
+
+    torch.set_num_threads(1)
+    from omni_core.kinds.vllm_session import build_engine, stop_now_processor
+
+    model = resolve_model("tiny-thinker", OmniSettings().cache_dir)
+    engine = build_engine(
+        model,
+        enforce_eager=True,
+        kv_cache_memory_bytes=16 << 20,
+        max_model_len=MAX_MODEL_LEN,
+        max_num_seqs=4,
+        dtype="float32",
+        seed=0,
+        disable_log_stats=True,
+        logits_processors=[stop_now_processor()],
+    )
+    yield engine
+    del engine
+
+
+def greedy(max_tokens: int) -> Any:
+    from omni_core.kinds import vllm_adapter as va
+    from omni_core.sampling import SamplingParams
+
+    return va.sampling_params(
+        SamplingParams(max_tokens=max_tokens, temperature=0.0, extra={"vllm": {"ignore_eos": True}})
+    )
+
+
+def fresh(engine, ids: list[int], max_tokens: int) -> list[int]:
+    """A plain greedy request over ``ids``: its tokens."""
+    from omni_core.kinds import vllm_adapter as va
+
+    rid = f"fresh-{len(ids)}-{ids[-1]}"
+    engine.add_request(rid, va.to_prompt(list(ids)), greedy(max_tokens))
+    tokens: list[int] = []
+    while True:  # (an idle session is an unfinished request too)
+        for ro in engine.step():
+            assert ro.request_id == rid
+            tokens.extend(ro.outputs[0].token_ids)
+            if ro.finished:
+                return tokens
+
+
+def segment(engine, session, stop_after: int | None = None) -> tuple[list[int], str]:
+    """Step until the session's segment ends: its tokens and finish reason."""
+    tokens: list[int] = []
+    while True:
+        for ro in engine.step():
+            assert ro.request_id == session.request_id
+            completion = ro.outputs[0]
+            tokens.extend(completion.token_ids)
+            if session.take(completion):
+                return tokens, completion.finish_reason
+            if stop_after is not None and len(tokens) >= stop_after:
+                assert session.stop_now()
+                stop_after = None
+
+
+CHUNKS = [[11 + (i * 13) % 200 for i in range(n)] for n in (20, 9, 5)]
+
+
+def test_each_segment_equals_a_fresh_request_over_the_interleaved_context(engine):
+    from omni_core.kinds.vllm_session import ResumableSession
+
+    session = ResumableSession(engine, "interleaved", MAX_MODEL_LEN)
+    interleaved: list[int] = []  # chunk 1, segment 1, chunk 2, ... (built here, independently)
+    try:
+        for chunk in CHUNKS:
+            interleaved += chunk
+            context = session.append(chunk, greedy(6))
+            tokens, reason = segment(engine, session)
+            assert (len(tokens), reason) == (6, "length")
+            assert tokens == fresh(engine, interleaved, 6)
+            # what the segment was generated over: the last token re-fed at the chunk's head
+            assert context == interleaved
+            interleaved += tokens
+        # only the chunks (and each re-fed last token) were prefilled, not the whole context
+        assert session.prefilled == sum(map(len, CHUNKS)) + len(CHUNKS) - 1
+    finally:
+        session.close()
+    assert engine.get_num_unfinished_requests() == 0  # closed: KV and slot freed
+
+
+def test_the_length_cap_fails_the_chunk_and_the_engine_keeps_serving(engine):
+    from omni_core.kinds.vllm_session import PromptTooLongError, ResumableSession
+
+    session = ResumableSession(engine, "too-long", MAX_MODEL_LEN)
+    chunk = [7 + i for i in range(40)]
+    try:
+        session.append(chunk, greedy(4))
+        segment(engine, session)
+        too_long = r"max_model_len \(96 tokens\): 43 tokens .* 41-token chunk .* = 100"
+        with pytest.raises(PromptTooLongError, match=too_long):
+            session.append(chunk, greedy(16))  # vLLM alone would take it: 41 + 16 <= 96
+        assert session.segments == 1 and not session.generating
+    finally:
+        session.close()
+    # vLLM checks each chunk alone: without the cap the engine would be dead now
+    assert len(fresh(engine, [5, 6, 7], 3)) == 3
+
+
+def test_stop_now_ends_the_segment_and_keeps_the_kv(engine):
+    from omni_core.kinds.vllm_session import ResumableSession
+
+    stop_id = 9
+    session = ResumableSession(engine, "barge-in", MAX_MODEL_LEN)
+    try:
+        session.append(CHUNKS[0], session.stop_params(greedy(60), stop_id))
+        tokens, reason = segment(engine, session, stop_after=3)
+        assert reason == "stop" and tokens[-1] == stop_id
+        assert 3 < len(tokens) <= 5  # forced within a step or two, not after 60 tokens
+        context = session.append(CHUNKS[1], greedy(5))
+        assert session.prefilled == len(CHUNKS[0]) + 1 + len(CHUNKS[1])  # no re-prefill
+        after, _ = segment(engine, session)
+        assert context == CHUNKS[0] + tokens + CHUNKS[1]  # the stop token re-fed: nothing lost
+        assert after == fresh(engine, context, 5)
+    finally:
+        session.close()
+    assert session.stop_now() is False  # nothing generating
