@@ -48,7 +48,7 @@ def _about_prompt_length(exc: BaseException) -> bool:
 class _Streamed:
     params: Any
     prefix: list[int] = field(default_factory=list)
-    pending: deque[list[int]] = field(default_factory=deque)
+    pending: deque[Any] = field(default_factory=deque)
     active: str | None = None
     closed: bool = False
     chunks: int = 0
@@ -186,8 +186,10 @@ class VllmWorkerEngine:
             self._maybe_finish(request_id, state)
 
     def _queue_chunk(self, request_id: str, state: _Streamed, prompt: Any) -> None:
-        tokens = prompt if isinstance(prompt, list) else self._encode(prompt)
-        state.pending.append(tokens)
+        if state.session is not None:  # the session tokenizes (a later chunk: no BOS)
+            state.pending.append(prompt)
+        else:
+            state.pending.append(prompt if isinstance(prompt, list) else self._encode(prompt))
         self._next_chunk(request_id, state)
 
     def _encode(self, text: Any) -> list[int]:
