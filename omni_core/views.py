@@ -56,6 +56,7 @@ PUBLIC_MODULES: frozenset[str] = frozenset(
         "omni_core.stage.process",  # ProcessStageClient: stage kinds in a process of their own
         "omni_core.stage.worker",  # WorkerEngine, error_output: the engine in that process
         "omni_core.kinds.torch_kind",  # the torch kind's engine API (docs/stages.md)
+        "omni_core.kinds.vllm_session",  # resumable vLLM requests (docs/stages.md)
         "omni_core.engine.base",  # OmniEngineBase: engine kinds
         "omni_core.engine.channel",  # RequestStream: an engine kind's caller streams
         "omni_core.orchestrator.base",  # OrchestratorBase: an engine kind's orchestrator
