@@ -7,7 +7,8 @@ do the same work; the check is that every request of both got the whole audio (1
 samples). Figures per concurrency C: requests/s and p50/p99 time to first audio, omni-core with
 ``on_finish`` edges against the chain (which forwards on finish too); outside ``--quick`` also
 with ``on_finish`` edges and no text output (``audio only``: like the chain, which streams no
-text to its caller) and with ``stream`` edges. Then the CPU of every process of each pipeline
+text to its caller) and with ``stream`` edges; the prompt tokens each vLLM stage prefilled per
+request in each mode (prefix-cache hits left out). Then the CPU of every process of each pipeline
 over idle seconds with no request. First, the per-output cost of the stage-process wire
 (:mod:`omni_core.bench.wire_cost`).
 """
@@ -161,7 +162,14 @@ def _measure(
     return results
 
 
-def _omni(mode: str, settings: OmniSettings, quick: bool, idle_s: float) -> tuple[Any, Any]:
+def _prefilled(engine: AsyncOmniEngine) -> list[int]:
+    """Prompt tokens each vLLM stage (thinker, talker) sent to prefill so far, prefix-cache hits
+    left out (the vllm kind's ``get_state``)."""
+    states = asyncio.run(engine.collective_rpc("get_state", stage_ids=[0, 1]))
+    return [int(s.get("prefilled_tokens", 0)) for s in states]
+
+
+def _omni(mode: str, settings: OmniSettings, quick: bool, idle_s: float) -> tuple[Any, Any, Any]:
     engine = AsyncOmniEngine(
         _tiny_omni(mode),
         settings=settings,
@@ -169,10 +177,12 @@ def _omni(mode: str, settings: OmniSettings, quick: bool, idle_s: float) -> tupl
     )
     try:
         results = _measure(_omni_run(engine), LEVELS, quick)
+        requests = 1 + sum(max(2, c) if quick else max(8, 3 * c) for c in LEVELS)
+        prefilled = [n / requests for n in _prefilled(engine)]
         idle = idle_share(_omni_pids(engine), idle_s)
     finally:
         engine.shutdown()
-    return results, idle
+    return results, idle, prefilled
 
 
 def _chain(settings: OmniSettings, quick: bool, idle_s: float) -> tuple[Any, Any]:
@@ -236,6 +246,11 @@ def bench_pipeline(quick: bool) -> list[Row]:
                         "hand-wired chain",
                     )
                 )
+    for mode in modes:
+        for stage, n in zip(("thinker", "talker"), omni[mode][2], strict=True):
+            rows.append(
+                Row("pipeline", f"omni-core {mode}", f"{stage} prefilled tokens/request", n, "tok")
+            )
     for name, idle in (
         ("hand-wired chain", chain_idle),
         *((f"omni-core {m}", omni[m][1]) for m in modes),

@@ -85,6 +85,7 @@ class VllmWorkerEngine:
         self.warned: set[str] = set()  # why streamed input re-prefills, said once each
         # sessions waiting for their next chunk: unfinished in vLLM, but nothing to step
         self.idle: set[str] = set()
+        self.prefilled = 0  # prompt tokens sent to prefill (less prefix-cache hits), all requests
 
     def _open(self, config: dict[str, Any], pooling: bool = False, **overrides: Any) -> None:
         """Build the stage's vLLM engine (``engine``, its adapter ``va``, the errors it raises):
@@ -199,7 +200,9 @@ class VllmWorkerEngine:
         if state.session is not None:
             if not state.session.generating and state.pending:
                 chunk = state.pending.popleft()
+                before = state.session.prefilled
                 state.session.append(chunk, state.params)
+                self.prefilled += state.session.prefilled - before
                 state.fresh = True
             self._mark(request_id, state.session)
             return
@@ -284,6 +287,7 @@ class VllmWorkerEngine:
             return {
                 "pid": os.getpid(),
                 "unfinished": self.engine.get_num_unfinished_requests(),
+                "prefilled_tokens": self.prefilled,
                 "paused": self.paused,
             }
         if method == "die":
@@ -340,6 +344,7 @@ class VllmWorkerEngine:
             if state is not None and state.fresh:
                 state.fresh = False
                 prompt_ids = list(ro.prompt_token_ids or ())
+                self.prefilled += len(prompt_ids) - (ro.num_cached_tokens or 0)
             if finished:
                 del self.sub_owner[rid]
                 if state is not None:
@@ -350,6 +355,7 @@ class VllmWorkerEngine:
         elif rid in self.fresh:
             self.fresh.discard(rid)
             prompt_ids = list(ro.prompt_token_ids or ())
+            self.prefilled += len(prompt_ids) - (ro.num_cached_tokens or 0)
         hidden = self.hidden.take(rid, finished) if self.hidden is not None else None
         outputs.append(
             StageOutput(

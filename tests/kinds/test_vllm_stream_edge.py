@@ -63,14 +63,23 @@ def segments(engine, params: dict[str, Any] | None = None) -> list[tuple[list[in
     return found
 
 
+def prefilled(engine) -> int:
+    (state,) = asyncio.run(engine.collective_rpc("get_state", stage_ids=[1]))
+    return int(state["prefilled_tokens"])
+
+
 def test_the_context_interleaves_chunks_and_segments_with_prompt_ids_reported(engine):
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(
         resolve_model("tiny-thinker", OmniSettings().cache_dir)
     )
+    before = prefilled(engine)
     found = segments(engine)
     assert len(found) == len(WORDS)  # one segment per chunk
+    # prefilled: the chunks and each re-fed last token, never the context again
+    context = len(found[-1][0])
+    assert prefilled(engine) - before == context - sum(len(t) - 1 for _, t in found[:-1])
     assert [len(tokens) for _, tokens in found] == [3] * len(WORDS)
     assert found[0][0] == tokenizer.encode(WORDS[0])  # vLLM's tokenization of the first chunk
     for (prompt, tokens), (after, _), word in zip(found, found[1:], WORDS[1:], strict=False):
