@@ -84,6 +84,10 @@ class PoolingWorkerEngine(VllmWorkerEngine):
         self.sub_owner = {}
         self.ready: list[StageOutput] = []
         self.faulty: set[str] = set()
+        self.fresh: set[str] = set()
+        self.warned: set[str] = set()
+        self.idle: set[str] = set()  # pooling runs no sessions; the generation loop reads it
+        self.prefilled = 0
         self._warm_up()
 
     def _warm_up(self) -> None:
