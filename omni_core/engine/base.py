@@ -258,7 +258,7 @@ class OmniEngineBase:
         return {
             "requests": len(orchestrator.parents),
             "runs": len(orchestrator.runs),
-            "bindings": sum(len(b) for p in orchestrator.pools.values() for b in p.bound),
+            "bindings": orchestrator.table.bindings(),
         }
 
     # --- abort ----------------------------------------------------------------------------------

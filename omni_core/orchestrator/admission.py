@@ -1,7 +1,10 @@
-"""``Admissions``: what admitting a request needs besides the tables — id checks and the
-companions plugins add (``omni_admit_request``, fired here for every request a caller submits,
-whatever the orchestrator subclass; a run a subclass opens itself with ``open_run`` (e.g. a
-session's later turn) is not admitted again."""
+"""``Admissions``: the admission of every request a caller submits (``AddRequest``), whatever the
+orchestrator subclass: id checks, live stages, ``n``, the companions plugins add
+(``omni_admit_request``), registration (``omni_request_admitted``), the deadline, the submit.
+:meth:`OrchestratorBase.admit <omni_core.orchestrator.base.OrchestratorBase.admit>` runs it for
+every ``AddRequest``, so the hooks always fire. A run a subclass opens itself with ``open_run``
+(e.g. a session's later turn) is registered (``omni_request_admitted``) but not admitted again.
+"""
 
 from __future__ import annotations
 
@@ -9,35 +12,107 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from omni_core.errors import PluginError
-from omni_core.orchestrator.ids import caller_id_problem
+from omni_core.errors import PluginError, RequestRejected
+from omni_core.orchestrator.ids import caller_id_problem, child_id
+from omni_core.orchestrator.routing import unavailable
+from omni_core.orchestrator.state import ParentState
 from omni_core.outputs import ErrorInfo
 from omni_core.sampling import SEED_MIN, SamplingParams
 
 if TYPE_CHECKING:
-    from omni_core.config.resolve import ResolvedPipeline
-    from omni_core.orchestrator.graph import StageGraph
-    from omni_core.orchestrator.port import Port
+    from omni_core.messages import AddRequest
+    from omni_core.orchestrator.context import PartContext
+    from omni_core.orchestrator.routing import Router
     from omni_core.orchestrator.state import RunState
-    from omni_core.orchestrator.table import RequestTable
-    from omni_core.plugin.hooks import PluginHost
+    from omni_core.orchestrator.terminals import Terminals
 
 
 class Admissions:
-    def __init__(
-        self,
-        *,
-        pipeline: ResolvedPipeline,
-        graph: StageGraph,
-        table: RequestTable,
-        hooks: PluginHost,
-        port: Port,
-    ) -> None:
-        self.pipeline = pipeline
-        self.graph = graph
-        self.table = table
-        self.hooks = hooks
-        self.port = port
+    """Built from the context; asks ``terminals`` (rejections, deadlines) and ``router`` (the
+    submit of admitted runs)."""
+
+    def __init__(self, ctx: PartContext, terminals: Terminals, router: Router) -> None:
+        self.pipeline = ctx.pipeline
+        self.pools = ctx.pools
+        self.graph = ctx.graph
+        self.table = ctx.table
+        self.hooks = ctx.hooks
+        self.port = ctx.port
+        self.settings = ctx.settings
+        self.terminals = terminals
+        self.router = router
+
+    async def admit(self, msg: AddRequest) -> None:
+        """Register a request (children, companions: all or nothing) and submit it; a request
+        that cannot be admitted gets one error terminal and leaves no state."""
+        rid = msg.request_id
+        needed, finals = self.graph.plan(msg.modalities)
+        parent = ParentState(rid, msg.stream)
+        problem = self.id_problem(rid)
+        if problem is not None:
+            self._reject(parent, finals, bad_request(problem))
+            return
+        for sid in sorted(needed):
+            if not self.pools[sid].has_live():
+                self._reject(parent, finals, unavailable(self.pools[sid].stage.name))
+                return
+        first = self.graph.order[0]
+        n = msg.params[first].n
+        if n > self.settings.max_n:
+            message = f"n={n}: at most {self.settings.max_n} parallel samples (OMNI_MAX_N)"
+            self._reject(parent, finals, bad_request(message))
+            return
+        runs = [
+            self.table.new_run(
+                rid if n == 1 else child_id(rid, i),
+                parent,
+                i,
+                msg.prompt,
+                msg.params if i == 0 else child_params(msg.params, i),
+                needed,
+                finals,
+                msg.source,
+            )
+            for i in range(n)
+        ]
+        try:
+            companions = [self.companions(run) for run in runs]
+        except RequestRejected as exc:  # the plugin's own status and message
+            self._reject(parent, finals, ErrorInfo.from_exception(exc))
+            return
+        except PluginError as exc:
+            self._reject(parent, finals, ErrorInfo.from_exception(exc, status_code=400))
+            return
+        if n > 1 or any(companions):
+            problem = self.derived_ids_problem(rid, runs, companions)
+            if problem is not None:
+                self._reject(parent, finals, bad_request(problem))
+                return
+        self.table.parents[rid] = parent
+        for run, extra in zip(runs, companions, strict=True):
+            self.register(run)
+            for companion in extra:
+                self.register(companion)
+        deadline = msg.params[first].deadline_s
+        if deadline is not None:
+            self.terminals.arm_deadline(parent, deadline)
+        start = self.router.start
+        for run in runs:
+            if run.terminal:
+                continue
+            await start(run)
+            for companion in run.companions:
+                if not companion.terminal:
+                    await start(companion)
+
+    def register(self, run: RunState) -> None:
+        """Hold a run (fires ``omni_request_admitted``)."""
+        self.table.add(run)
+        self.hooks.request_admitted(run.run_id, run, self.port)
+
+    def _reject(self, parent: ParentState, finals: tuple[int, ...], error: ErrorInfo) -> None:
+        """The one error terminal of a request refused before admission."""
+        self.terminals.emit_error(parent, 0, finals[-1], error)
 
     def id_problem(self, rid: str) -> str | None:
         """Why a caller's id cannot be admitted: in flight as a request or as any run (a child,

@@ -10,8 +10,14 @@ The parts (docs/architecture.md, "The orchestrator's parts", draws them):
 * ``terminals`` — :class:`Terminals`: failure, abort, deadlines, the one terminal of each run;
 * ``router`` — :class:`Router`: submit, route outputs along the graph, forward, emit finals;
 * ``replicas`` — :class:`ReplicaSupervisor`: readers/intakes, replica death and restart, health;
-* ``admissions`` — :class:`Admissions`: id checks and the companions plugins admit;
+* ``admissions`` — :class:`Admissions`: the admission of every ``AddRequest``;
 * ``port`` — :class:`Port`: what hooks may do (:class:`omni_core.views.OrchestratorPort`).
+
+Each part is built from one frozen :class:`~omni_core.orchestrator.context.PartContext` (plus
+the parts it calls, built before it); every table has one owner (the request table owns runs,
+requests and replica bindings). The base owns the request protocol: ``AddRequest`` (admitted by
+:meth:`OrchestratorBase.admit`, which always fires the admission hooks), ``AbortRequest``,
+``CollectiveRpc`` and ``Shutdown``; ``dispatch_message`` sees only the other messages.
 
 Subclasses (the turn-based :class:`~omni_core.orchestrator.turn.Orchestrator`, an engine kind's
 orchestrator) fill the **seams** below; seams fire no hooks, and the hooks fire from the parts'
@@ -26,14 +32,15 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from omni_core.errors import RpcError, StageUnavailableError
-from omni_core.messages import AbortRequest, CollectiveRpc, EngineMessage, Shutdown
+from omni_core.messages import AbortRequest, AddRequest, CollectiveRpc, EngineMessage, Shutdown
 from omni_core.orchestrator.admission import Admissions
+from omni_core.orchestrator.context import Intercept, PartContext, Seams
 from omni_core.orchestrator.control import collective_rpc
 from omni_core.orchestrator.emit import Emitter
 from omni_core.orchestrator.graph import Plan, StageGraph
 from omni_core.orchestrator.port import Port
 from omni_core.orchestrator.replicas import ReplicaSupervisor
-from omni_core.orchestrator.routing import Intercept, Router
+from omni_core.orchestrator.routing import Router
 from omni_core.orchestrator.state import ParentState, RunState
 from omni_core.orchestrator.table import RequestTable
 from omni_core.orchestrator.tasks import TaskSupervisor
@@ -60,9 +67,9 @@ class OrchestratorBase:
     """The loop, the parts and the seams.
 
     Seams (override in a subclass; none fires a hook, so there is nothing to call ``super()``
-    for): :meth:`dispatch_message`, :meth:`background_tasks`, :meth:`shutdown_extensions`,
-    :meth:`on_stage_submitted`, :meth:`intercept_stage_output`, :meth:`handle_forward_failure`,
-    :meth:`on_runs_ended`.
+    for): :meth:`dispatch_message` (messages other than the request protocol's),
+    :meth:`background_tasks`, :meth:`shutdown_extensions`, :meth:`on_stage_submitted`,
+    :meth:`intercept_stage_output`, :meth:`handle_forward_failure`, :meth:`on_runs_ended`.
     """
 
     def __init__(
@@ -82,52 +89,42 @@ class OrchestratorBase:
         self.settings = settings
         self.loop = asyncio.get_running_loop()
         self.graph = graph = StageGraph(pipeline)
-        self.table = RequestTable(graph)
+        self.table = RequestTable(graph, {sid: len(p.clients) for sid, p in pools.items()})
         self.emitter = Emitter(self.loop)
         self.tasks = TaskSupervisor(self.loop)
         self.port = Port(self)
         self._reply = reply
-        self.terminals = Terminals(
-            pipeline=pipeline,
-            pools=pools,
-            table=self.table,
-            emitter=self.emitter,
-            tasks=self.tasks,
-            hooks=hooks,
-            port=self.port,
-            runs_ended=self.on_runs_ended if self._overrides("on_runs_ended") else None,
-        )
         intercept = self._interceptor()
         # Stages whose every delta someone reads even when they are not a run's final stage:
         # sources of stream edges; all stages when a plugin or a subclass looks at outputs.
         watched = hooks.has_output_observers or intercept is not None
-        self.router = Router(
+        self.context = ctx = PartContext(
             pipeline=pipeline,
             pools=pools,
             graph=graph,
             table=self.table,
             emitter=self.emitter,
             tasks=self.tasks,
-            terminals=self.terminals,
             hooks=hooks,
             port=self.port,
-            streamed_stages=frozenset(graph.order) if watched else graph.stream_sources,
-            intercept=intercept,
-            submitted=self.on_stage_submitted if self._overrides("on_stage_submitted") else None,
-            forward_failure=self.handle_forward_failure,
+            settings=settings,
+            seams=Seams(
+                intercept=intercept,
+                submitted=self._seam("on_stage_submitted"),
+                forward_failure=self.handle_forward_failure,
+                runs_ended=self._seam("on_runs_ended"),
+                streamed_stages=frozenset(graph.order) if watched else graph.stream_sources,
+            ),
         )
-        self.replicas = ReplicaSupervisor(
-            pools=pools,
-            table=self.table,
-            emitter=self.emitter,
-            tasks=self.tasks,
-            terminals=self.terminals,
-            route=self.router.on_outputs,
-        )
-        self.router.replica_died = self.replicas.died
-        self.admissions = Admissions(
-            pipeline=pipeline, graph=graph, table=self.table, hooks=hooks, port=self.port
-        )
+        # each part after the parts it calls: no cycle, nothing patched in afterwards
+        self.terminals = Terminals(ctx)
+        self.replicas = ReplicaSupervisor(ctx, self.terminals)
+        self.router = Router(ctx, self.terminals, self.replicas)
+        self.admissions = Admissions(ctx, self.terminals, self.router)
+
+    def _seam(self, seam: str) -> Any:
+        """The bound seam if the subclass overrides it, else None (no call per event)."""
+        return getattr(self, seam) if self._overrides(seam) else None
 
     def _overrides(self, seam: str) -> bool:
         """Whether the subclass overrides a seam (a seam left as is costs no call per event)."""
@@ -171,7 +168,7 @@ class OrchestratorBase:
         if getattr(self.settings, "loop_lag_warn_s", 0):
             watchdog = LoopWatchdog(self.loop, self.settings.loop_lag_warn_s)
             watchdog.start()
-        self.replicas.start()
+        self.replicas.start(self.router.on_outputs)
         tasks.spawn(self._request_handler(), name="omni-request-handler")
         for factory in [*self.background_tasks(), *self.hooks.background_tasks(self.port)]:
             tasks.spawn(_as_coroutine(factory()), name="omni-background")
@@ -209,9 +206,10 @@ class OrchestratorBase:
             self.emitter.flush()
 
     async def _handle_message(self, msg: EngineMessage) -> None:
-        if await self.dispatch_message(msg):
-            return
-        if isinstance(msg, AbortRequest):
+        """The request protocol, owned here; other messages go to ``dispatch_message``."""
+        if isinstance(msg, AddRequest):
+            await self.admit(msg)
+        elif isinstance(msg, AbortRequest):
             result = await self.abort(msg.request_ids, reason=msg.reason)
             if msg.rpc_key is not None:
                 self.reply(msg.rpc_key, result)
@@ -219,14 +217,15 @@ class OrchestratorBase:
                 logger.warning("abort of %s failed: %s", msg.request_ids, result.error)
         elif isinstance(msg, CollectiveRpc):
             self.spawn(self._collective_rpc(msg), name=f"omni-rpc-{msg.method}")
-        else:
+        elif not await self.dispatch_message(msg):
             logger.warning("orchestrator ignored unknown message %s", type(msg).__name__)
 
     # ------------------------------------------------------------------------------------------
     # seams (fire no hooks)
     # ------------------------------------------------------------------------------------------
     async def dispatch_message(self, msg: EngineMessage) -> bool:
-        """Handle a message the base does not know; return True if handled."""
+        """Handle a message the base does not know (not ``AddRequest``, ``AbortRequest``,
+        ``CollectiveRpc`` or ``Shutdown``: those are the base's); return True if handled."""
         return False
 
     def background_tasks(self) -> list[Callable[[], Awaitable[None]]]:
@@ -271,10 +270,15 @@ class OrchestratorBase:
         """(stages needed, final stages in order) for the wanted output modalities."""
         return self.graph.plan(modalities)
 
+    async def admit(self, msg: AddRequest) -> None:
+        """Admit a caller's request: id checks, live stages, ``n``, ``omni_admit_request``
+        (companions), registration (``omni_request_admitted``), the deadline, the submit. The
+        template of every ``AddRequest``: the hooks fire whatever the subclass overrides."""
+        await self.admissions.admit(msg)
+
     def register_run(self, run: RunState) -> None:
         """Hold a run (fires ``omni_request_admitted``)."""
-        self.table.add(run)
-        self.hooks.request_admitted(run.run_id, run, self.port)
+        self.admissions.register(run)
 
     async def start_run(self, run: RunState) -> None:
         """Submit a registered run to its entry stages (stages without inputs)."""

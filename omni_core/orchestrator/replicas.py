@@ -15,9 +15,7 @@ from omni_core.outputs import ErrorInfo
 from omni_core.stage.client import PushingStageClient
 
 if TYPE_CHECKING:
-    from omni_core.orchestrator.emit import Emitter
-    from omni_core.orchestrator.table import RequestTable
-    from omni_core.orchestrator.tasks import TaskSupervisor
+    from omni_core.orchestrator.context import PartContext
     from omni_core.orchestrator.terminals import Terminals
     from omni_core.outputs import StageOutput
     from omni_core.stage.client import StageClient
@@ -29,26 +27,21 @@ Route = Callable[[int, int, "list[StageOutput]"], Awaitable[None]]
 
 
 class ReplicaSupervisor:
-    def __init__(
-        self,
-        *,
-        pools: dict[int, StagePool],
-        table: RequestTable,
-        emitter: Emitter,
-        tasks: TaskSupervisor,
-        terminals: Terminals,
-        route: Route,
-    ) -> None:
-        self.pools = pools
-        self.table = table
-        self.emitter = emitter
-        self.tasks = tasks
-        self.terminals = terminals
-        self.route = route
-        self.stop = tasks.stop
-        self.readers: dict[tuple[int, int], asyncio.Task[None]] = {}
+    """Owns the reader tasks (``readers``); the bindings a dead replica held are the table's."""
 
-    def start(self) -> None:
+    def __init__(self, ctx: PartContext, terminals: Terminals) -> None:
+        self.pools = ctx.pools
+        self.table = ctx.table
+        self.emitter = ctx.emitter
+        self.tasks = ctx.tasks
+        self.terminals = terminals
+        self.stop = ctx.tasks.stop
+        self.readers: dict[tuple[int, int], asyncio.Task[None]] = {}
+        self.route: Route | None = None  # what the readers feed: given to start()
+
+    def start(self, route: Route) -> None:
+        """Start taking every live replica's outputs, handing each batch to ``route``."""
+        self.route = route
         for pool in self.pools.values():
             for replica in pool.live():
                 self.start_reader(pool, replica)
@@ -98,6 +91,7 @@ class ReplicaSupervisor:
         """Route one batch of a replica's outputs (unless it was evicted or we are stopping)."""
         if pool.clients[replica] is not client or self.stop.is_set():
             return
+        assert self.route is not None
         await self.route(stage_id, replica, outputs)
         self.emitter.flush_soon()  # once per loop turn, however many replicas' batches it routed
 
@@ -111,7 +105,8 @@ class ReplicaSupervisor:
 
     async def died(self, pool: StagePool, replica: int, exc: BaseException) -> None:
         """A replica died: evict it, fail the requests it held, restart it if the policy says so."""
-        client, bound = pool.evict(replica)
+        client = pool.evict(replica)
+        bound = self.table.evict(pool.stage_id, replica)
         self.readers.pop((pool.stage_id, replica), None)
         logger.warning(
             "stage '%s' replica %d died (%s); failing its %d request(s)",

@@ -9,7 +9,6 @@ them and cannot switch them off.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from omni_core.errors import EngineDeadError, StageUnavailableError
@@ -19,59 +18,37 @@ from omni_core.stage.client import StageRequest
 
 if TYPE_CHECKING:
     from omni_core.config.pipeline import InputEdge
-    from omni_core.config.resolve import ResolvedPipeline
-    from omni_core.orchestrator.emit import Emitter
-    from omni_core.orchestrator.graph import StageGraph
-    from omni_core.orchestrator.port import Port
+    from omni_core.orchestrator.context import PartContext
+    from omni_core.orchestrator.replicas import ReplicaSupervisor
     from omni_core.orchestrator.state import RunState, StageRun
-    from omni_core.orchestrator.table import RequestTable
-    from omni_core.orchestrator.tasks import TaskSupervisor
     from omni_core.orchestrator.terminals import Terminals
-    from omni_core.plugin.hooks import PluginHost
-    from omni_core.stage.pool import StagePool
-
-Intercept = Callable[["RunState", int, StageOutput], bool]
-Submitted = Callable[["RunState", int, int], None]
-ForwardFailure = Callable[["RunState", int, BaseException], Awaitable[bool]]
-ReplicaDied = Callable[["StagePool", int, BaseException], Awaitable[None]]
 
 
 class Router:
-    def __init__(
-        self,
-        *,
-        pipeline: ResolvedPipeline,
-        pools: dict[int, StagePool],
-        graph: StageGraph,
-        table: RequestTable,
-        emitter: Emitter,
-        tasks: TaskSupervisor,
-        terminals: Terminals,
-        hooks: PluginHost,
-        port: Port,
-        streamed_stages: frozenset[int],
-        intercept: Intercept | None,
-        submitted: Submitted | None,
-        forward_failure: ForwardFailure,
-    ) -> None:
-        self.pipeline = pipeline
-        self.pools = pools
+    """Built from the context; asks ``terminals`` to fail or end runs and ``replicas`` to handle
+    a replica found dead at submit. Replica bindings are the table's (``bind``/``unbind``)."""
+
+    def __init__(self, ctx: PartContext, terminals: Terminals, replicas: ReplicaSupervisor) -> None:
+        graph, seams = ctx.graph, ctx.seams
+        self.pipeline = ctx.pipeline
+        self.pools = ctx.pools
         self.graph = graph
-        self.runs = table.runs
-        self.emitter = emitter
-        self.tasks = tasks
+        self.table = ctx.table
+        self.runs = ctx.table.runs
+        self.emitter = ctx.emitter
+        self.tasks = ctx.tasks
         self.terminals = terminals
-        self.hooks = hooks
-        self.port = port
-        self.streamed_stages = streamed_stages  # deltas read even when not a run's final stage
+        self.replicas = replicas
+        self.hooks = ctx.hooks
+        self.port = ctx.port
+        self.streamed_stages = seams.streamed_stages  # deltas read when not a run's final stage
         self.stream_sources = graph.stream_sources
         self.downstream = graph.downstream
         self.fan_in = graph.fan_in
         self.stage_info = graph.stage_info
-        self.intercept = intercept  # None: nobody intercepts (the common case costs nothing)
-        self.submitted = submitted  # the subclass's on_stage_submitted seam, None if not overridden
-        self.forward_failure = forward_failure
-        self.replica_died: ReplicaDied | None = None  # set by the orchestrator
+        self.intercept = seams.intercept  # None: nobody intercepts (the common case costs nothing)
+        self.submitted = seams.submitted  # the on_stage_submitted seam, None if not overridden
+        self.forward_failure = seams.forward_failure
 
     # ------------------------------------------------------------------------------------------
     # submit
@@ -106,18 +83,18 @@ class Router:
             stream_outputs=stage_id in run.finals or stage_id in self.streamed_stages,
         )
         sr.replica, sr.submitted, sr.t_submit = replica, True, time.monotonic()
-        pool.bound[replica].add(run.run_id)
+        table = self.table
+        table.bind(stage_id, replica, run.run_id)
         try:
             await client.add_request(request)
         except EngineDeadError as exc:
-            pool.bound[replica].discard(run.run_id)
-            assert self.replica_died is not None
-            await self.replica_died(pool, replica, exc)
+            table.unbind(stage_id, replica, run.run_id)
+            await self.replicas.died(pool, replica, exc)
             if not run.terminal:
                 await self.terminals.fail(run, stage_id, unavailable(pool.stage.name))
             return
         except Exception as exc:
-            pool.bound[replica].discard(run.run_id)
+            table.unbind(stage_id, replica, run.run_id)
             sr.submitted = False
             await self._forward_failed(run, stage_id, exc)
             return
@@ -168,7 +145,7 @@ class Router:
             sr.finished = True
             sr.t_finish = time.monotonic()
             if sr.replica is not None:
-                self.pools[stage_id].bound[sr.replica].discard(run.run_id)
+                self.table.unbind(stage_id, sr.replica, run.run_id)
         intercept = self.intercept
         if intercept is not None and intercept(run, stage_id, out):
             return False

@@ -1,4 +1,6 @@
-"""``RequestTable``: the requests and runs the orchestrator holds, by id.
+"""``RequestTable``: the requests and runs the orchestrator holds, by id, and which runs each
+stage replica holds (the replica bindings). It is the one owner of these tables: the other parts
+ask it (``bind``, ``unbind``, ``evict``), none writes them.
 
 A request (:class:`ParentState`, what the caller asked for) has one or more visible runs (itself,
 or its parallel-sampling children) and possibly companions; every run is a :class:`RunState`.
@@ -19,10 +21,31 @@ if TYPE_CHECKING:
 
 
 class RequestTable:
-    def __init__(self, graph: StageGraph) -> None:
+    def __init__(self, graph: StageGraph, replicas: dict[int, int] | None = None) -> None:
         self.graph = graph
         self.parents: dict[str, ParentState] = {}
         self.runs: dict[str, RunState] = {}
+        # stage id -> replica -> the run ids it holds (sticky: a run's outputs come from there)
+        self.bound: dict[int, list[set[str]]] = {
+            sid: [set() for _ in range(n)] for sid, n in (replicas or {}).items()
+        }
+
+    # --- replica bindings ----------------------------------------------------------------------
+    def bind(self, stage_id: int, replica: int, run_id: str) -> None:
+        self.bound[stage_id][replica].add(run_id)
+
+    def unbind(self, stage_id: int, replica: int, run_id: str) -> None:
+        self.bound[stage_id][replica].discard(run_id)
+
+    def evict(self, stage_id: int, replica: int) -> set[str]:
+        """Forget every binding of a replica (it died); returns the run ids it held."""
+        slots = self.bound[stage_id]
+        held, slots[replica] = slots[replica], set()
+        return held
+
+    def bindings(self) -> int:
+        """How many (run, replica) bindings are held."""
+        return sum(len(held) for slots in self.bound.values() for held in slots)
 
     def holds(self, run_or_request_id: str) -> bool:
         """Whether an id is in flight, as a request or as any run."""

@@ -7,48 +7,28 @@ the subclass's ``on_runs_ended`` seam); neither can be switched off by a subclas
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from omni_core.errors import EngineDeadError
 from omni_core.outputs import AbortResult, ErrorInfo, OmniRequestOutput
 
 if TYPE_CHECKING:
-    from omni_core.config.resolve import ResolvedPipeline
-    from omni_core.orchestrator.emit import Emitter
-    from omni_core.orchestrator.port import Port
+    from omni_core.orchestrator.context import PartContext
     from omni_core.orchestrator.state import ParentState, RunState, StageRun
-    from omni_core.orchestrator.table import RequestTable
-    from omni_core.orchestrator.tasks import TaskSupervisor
-    from omni_core.plugin.hooks import PluginHost
-    from omni_core.stage.pool import StagePool
 
 logger = logging.getLogger(__name__)
 
-RunsEnded = Callable[[list[str], str, "ErrorInfo | None"], None]
-
 
 class Terminals:
-    def __init__(
-        self,
-        *,
-        pipeline: ResolvedPipeline,
-        pools: dict[int, StagePool],
-        table: RequestTable,
-        emitter: Emitter,
-        tasks: TaskSupervisor,
-        hooks: PluginHost,
-        port: Port,
-        runs_ended: RunsEnded | None,
-    ) -> None:
-        self.pipeline = pipeline
-        self.pools = pools
-        self.table = table
-        self.emitter = emitter
-        self.tasks = tasks
-        self.hooks = hooks
-        self.port = port
-        self.runs_ended = runs_ended  # the subclass's on_runs_ended seam, None if not overridden
+    def __init__(self, ctx: PartContext) -> None:
+        self.pipeline = ctx.pipeline
+        self.pools = ctx.pools
+        self.table = ctx.table
+        self.emitter = ctx.emitter
+        self.tasks = ctx.tasks
+        self.hooks = ctx.hooks
+        self.port = ctx.port
+        self.runs_ended = ctx.seams.runs_ended  # the subclass's seam, None if not overridden
 
     # ------------------------------------------------------------------------------------------
     # failure
@@ -182,10 +162,11 @@ class Terminals:
         if run.terminal:
             return
         run.terminal = True
-        self.table.runs.pop(run.run_id, None)
+        table = self.table
+        table.runs.pop(run.run_id, None)
         for sid, sr in run.stages.items():
             if sr.replica is not None:
-                self.pools[sid].bound[sr.replica].discard(run.run_id)
+                table.unbind(sid, sr.replica, run.run_id)
         if not self.tasks.stopping and _still_working(run):
             self.tasks.spawn(self._abort_quietly(run))
         for companion in run.companions:

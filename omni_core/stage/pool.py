@@ -1,6 +1,7 @@
-"""``StagePool``: the replicas of one logical stage, sticky bindings, round-robin pick.
+"""``StagePool``: the replicas of one logical stage, round-robin pick.
 
-Placement only: which replica serves a request. Which stage comes next is the orchestrator's.
+Placement only: which replica serves a request. Which runs a replica holds (the sticky
+bindings) is the orchestrator's request table's; which stage comes next is the orchestrator's.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ class StagePool:
         self.factory = factory or stage.kind.client_factory  # the runtime's (ray) or the kind's
         self.context = context
         self.clients: list[StageClient | None] = [None] * stage.config.replicas
-        self.bound: list[set[str]] = [set() for _ in self.clients]
         self.errors: list[str | None] = [None] * len(self.clients)  # last failed start, per slot
         self.restarts = 0
         self._next = 0
@@ -72,10 +72,10 @@ class StagePool:
     def client(self, replica: int) -> StageClient | None:
         return self.clients[replica]
 
-    def evict(self, replica: int) -> tuple[StageClient | None, set[str]]:
+    def evict(self, replica: int) -> StageClient | None:
+        """Take a dead replica's client out of its slot (a restart fills it again)."""
         client, self.clients[replica] = self.clients[replica], None
-        bound, self.bound[replica] = self.bound[replica], set()
-        return client, bound
+        return client
 
     def healthy(self, replica: int) -> bool:
         client = self.clients[replica]

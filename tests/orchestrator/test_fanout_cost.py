@@ -51,14 +51,14 @@ class CountingDict(dict):
 def counted(make_engine, omni_settings, monkeypatch):
     """An engine whose request tables count the elements visited while iterating them."""
     monkeypatch.setattr(
-        "omni_core.orchestrator.turn.ParentState",
+        "omni_core.orchestrator.admission.ParentState",
         lambda rid, stream: ParentState(rid, stream, live=CountingSet()),
     )
     engine = make_engine(PIPE, settings=omni_settings.model_copy(update={"max_n": 1000}))
     orchestrator = engine._runtime.orchestrator
     orchestrator.table.runs = orchestrator.router.runs = CountingDict()
-    for pool in orchestrator.pools.values():
-        pool.bound = [CountingSet() for _ in pool.bound]
+    for sid, slots in orchestrator.table.bound.items():
+        orchestrator.table.bound[sid] = [CountingSet() for _ in slots]
     return engine
 
 
