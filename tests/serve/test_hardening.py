@@ -379,3 +379,28 @@ def test_a_port_in_use_is_exit_2_before_the_engine_is_built(serve_cli):
         result = serve_cli("--port", str(port))
     assert result.exit_code == 2, result.output
     assert f"--port {port}: cannot listen on 127.0.0.1:{port}: the port is in use" in result.output
+
+
+def test_a_real_socket_that_stops_reading_is_dropped():
+    """End to end: a client with a tiny receive window that never reads its stream."""
+    many = PIPE.replace("num_tokens: 3, delay_s: 0.002", "num_tokens: 60000")
+    with served(many, write_timeout_s=1.0) as (base, engine, app, _):
+        port = int(base.rsplit(":", 1)[1])
+        with socket.socket() as client:
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)
+            client.connect(("127.0.0.1", port))
+            body = json.dumps({**CHAT, "stream": True}).encode()
+            client.sendall(
+                b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body
+            )
+            deadline = time.monotonic() + 15
+            while time.monotonic() < deadline and app.state.admission.inflight:
+                time.sleep(0.1)  # the buffers fill, then the write timeout drops it
+            assert app.state.admission.inflight == 0
+            _wait_idle(engine, app)
+            try:
+                received = _closed_within(client, 5)  # what was buffered, then the end
+            except ConnectionResetError:
+                received = b"reset"
+            assert received  # it was streaming before it was dropped
