@@ -18,8 +18,14 @@ Conventions:
 that created the engine. Request-lifecycle hooks receive ``request`` (a read-only
 :class:`~omni_core.views.RequestView` of the run) and ``port`` (the
 :class:`~omni_core.views.OrchestratorPort`: the pipeline, the loop and the actions a plugin may
-take), never the orchestrator; ``request_id`` is ``request.run_id``. Nobody calls ``pm.hook``
-directly: :class:`omni_core.plugin.hooks.PluginHost` is the typed facade.
+take), never the orchestrator; ``run_id`` is ``request.run_id`` (``request_id``, the same run id,
+is its deprecated API 2 name: an impl taking it gets a ``DeprecationWarning`` when it registers;
+the caller's id is ``request.request_id``). ``pipeline`` is a
+:class:`~omni_core.views.PipelineView` in every hook. Nobody calls ``pm.hook`` directly:
+:class:`omni_core.plugin.hooks.PluginHost` is the typed facade.
+
+A plugin's per-pipeline state lives on the object its :func:`omni_pipeline_plugin` returns (a
+plugin object per pipeline, as pytest's ``LFPlugin(config)``), never in module globals.
 """
 
 from __future__ import annotations
@@ -32,7 +38,6 @@ import pluggy
 from omni_core.plugin import hookspec
 
 if TYPE_CHECKING:
-    from omni_core.config.pipeline import PipelineConfig
     from omni_core.outputs import ErrorInfo, StageOutput
     from omni_core.plugin.types import (
         Admission,
@@ -174,25 +179,53 @@ def omni_applies_to(pipeline: PipelineView) -> bool | None:
     """
 
 
+@hookspec
+def omni_pipeline_plugin(pipeline: PipelineView, port: OrchestratorPort) -> object | None:
+    """Provide this plugin's object for one pipeline: an object (any class) whose ``omni_*``
+    methods, marked ``@hookimpl``, take part in that pipeline's hooks only, and which holds the
+    plugin's state for it (pytest's per-run plugin objects).
+
+    Fires once per engine start, on the orchestrator thread, when the orchestrator is built
+    (``port`` is its port: keep it; its actions work once requests arrive), for the plugins
+    taking part in ``pipeline`` only. None: no object. The object's methods may implement the
+    per-pipeline hooks (:data:`~omni_core.plugin.scope.PER_PIPELINE_HOOKS` but this one); another
+    hook fails the engine's start naming the plugin. Its hooks are called next to the module's
+    own impls of the same hooks; it is unregistered when the engine shuts down (after
+    ``omni_shutdown`` and the last ``omni_request_terminal``). Results are merged: a plugin
+    returns one object.
+    """
+
+
 # --------------------------------------------------------------------------------------------
 # Request lifecycle decisions (orchestrator thread)
 # --------------------------------------------------------------------------------------------
 
 
-@hookspec
+# ``request_id``: the run id's API 2 name (deprecated; impls that take it are warned once, when
+# they register).
+_RUN_ID = {
+    "request_id": DeprecationWarning(
+        "the hook argument 'request_id' is deprecated: take 'run_id' (the same run id; "
+        "docs/plugins.md#migrating-from-api-2-to-api-3)"
+    )
+}
+
+
+@hookspec(warn_on_impl_args=_RUN_ID)
 def omni_admit_request(
+    run_id: str,
     request_id: str,
     request: RequestView,
     prompt: Any,
-    pipeline: PipelineConfig,
+    pipeline: PipelineView,
     params: dict[int, SamplingParams],
     port: OrchestratorPort,
 ) -> Admission | None:
     """Expand a request into a bundle before it is registered (e.g. extra guidance passes).
 
-    ``request`` is the run about to be admitted (not held yet: ``port.request(request_id)`` is
-    None); ``prompt``, ``pipeline`` and ``params`` (sampling params by stage id) are its fields,
-    read-only.
+    ``request`` is the run about to be admitted (not held yet: ``port.request(run_id)`` is
+    None); ``prompt`` and ``params`` (sampling params by stage id) are its fields, read-only;
+    ``pipeline`` is ``port.pipeline``.
 
     Fires on the orchestrator thread once per admitted request (and per parallel-sampling child),
     before the request is registered. All impls are called; their companions are admitted together
@@ -200,13 +233,14 @@ def omni_admit_request(
     one terminal error naming the plugin (400), or, for
     :class:`~omni_core.errors.RequestRejected`, that error's own 4xx status and message. Tags of
     all admissions are merged into ``request.tags``. Companion ids are
-    ``f"{request_id}{companion.suffix}"``; companions go to the same replicas as their request
+    ``f"{run_id}{companion.suffix}"``; companions go to the same replicas as their request
     and are never shown to the caller.
     """
 
 
-@hookspec(firstresult=True)
+@hookspec(firstresult=True, warn_on_impl_args=_RUN_ID)
 def omni_intercept_stage_output(
+    run_id: str,
     request_id: str,
     request: RequestView,
     stage_id: int,
@@ -222,15 +256,15 @@ def omni_intercept_stage_output(
     """
 
 
-@hookspec
+@hookspec(warn_on_impl_args=_RUN_ID)
 def omni_forward_gate(
-    request_id: str, request: RequestView, stage_id: int, port: OrchestratorPort
+    run_id: str, request_id: str, request: RequestView, stage_id: int, port: OrchestratorPort
 ) -> ForwardGate | None:
     """Decide whether a forward of ``request`` to ``stage_id`` may happen now.
 
     Orchestrator thread, before every ``on_finish`` forward and once when a stage fed by a
     ``stream`` edge opens. All impls are called: any ``defer=True`` defers the forward until
-    ``port.release_forward(request_id, stage_id)``, which asks every gate again; the
+    ``port.release_forward(run_id, stage_id)``, which asks every gate again; the
     ``extra_sources`` of all results are appended to the bridge's sources; the transforms compose
     by ascending ``ForwardGate.order``, ties by plugin name.
     """
@@ -271,33 +305,43 @@ def omni_shutdown(port: OrchestratorPort) -> Callable[[], Awaitable[None]] | Non
 # --------------------------------------------------------------------------------------------
 
 
-@hookspec
-def omni_request_admitted(request_id: str, request: RequestView, port: OrchestratorPort) -> None:
+@hookspec(warn_on_impl_args=_RUN_ID)
+def omni_request_admitted(
+    run_id: str, request_id: str, request: RequestView, port: OrchestratorPort
+) -> None:
     """A request (or companion / parallel-sampling child) was registered; not submitted yet."""
 
 
-@hookspec
+@hookspec(warn_on_impl_args=_RUN_ID)
 def omni_stage_submitted(
-    request_id: str, request: RequestView, stage_id: int, replica: int, port: OrchestratorPort
+    run_id: str,
+    request_id: str,
+    request: RequestView,
+    stage_id: int,
+    replica: int,
+    port: OrchestratorPort,
 ) -> None:
     """A request was submitted to a stage replica (initial submit or forward)."""
 
 
-@hookspec
+@hookspec(warn_on_impl_args=_RUN_ID)
 def omni_stage_output(
+    run_id: str,
     request_id: str,
     request: RequestView,
     stage_id: int,
     output: StageOutput,
     port: OrchestratorPort,
 ) -> None:
-    """A stage produced an output, before it is recorded (every token: keep it cheap; skipped
-    when no plugin taking part implements it; implementing it makes every stage stream its
-    deltas)."""
+    """A stage produced an output; it is recorded (``request.stages[stage_id].result`` holds it)
+    and, for a final stage, emitted. Every token: keep it cheap; skipped when no plugin taking
+    part implements it; implementing it makes every stage stream its deltas. An output carrying
+    an error is observed too (before the request fails)."""
 
 
-@hookspec
+@hookspec(warn_on_impl_args=_RUN_ID)
 def omni_request_terminal(
+    run_id: str,
     request_id: str,
     request: RequestView,
     finish_reason: str,

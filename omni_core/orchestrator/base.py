@@ -93,6 +93,7 @@ class OrchestratorBase:
         self.emitter = Emitter(self.loop)
         self.tasks = TaskSupervisor(self.loop)
         self.port = Port(self)
+        hooks.open_pipeline(self.port)  # per-pipeline plugin objects, before parts read the hooks
         self._reply = reply
         intercept = self._interceptor()
         # Stages whose every delta someone reads even when they are not a run's final stage:

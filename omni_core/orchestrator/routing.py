@@ -120,12 +120,15 @@ class Router:
             sr = run.stages.get(stage_id)
             if sr is None or sr.finished or sr.replica != replica:
                 continue
-            if observe:
-                self.hooks.stage_output(run.run_id, run, stage_id, out, self.port)
             if out.error is not None:
+                if observe:
+                    self.hooks.stage_output(run.run_id, run, stage_id, out, self.port)
                 await self.terminals.fail(run, stage_id, out.error)
                 continue
-            if self._record(run, sr, stage_id, out):
+            advance = self._record(run, sr, stage_id, out)
+            if observe:  # after the output is recorded (and emitted), before it forwards
+                self.hooks.stage_output(run.run_id, run, stage_id, out, self.port)
+            if advance:
                 await self._advance(run, stage_id, out)
 
     async def route(self, run: RunState, stage_id: int, out: StageOutput) -> None:

@@ -56,7 +56,10 @@ class PluginHost:
         # the subset hook callers of the per-pipeline hooks. None / empty: every plugin.
         self.active: dict[str, str] | None = None
         self._callers: dict[str, HookCaller] = {}
-        self._refresh()
+        # This host's per-pipeline plugin objects (omni_pipeline_plugin): (registered name, object)
+        self._own: list[tuple[str, object]] = []
+        pm.hosts.add(self)
+        self._rescope()
 
     def register(self, plugin: Any, name: str) -> None:
         """Register a plugin object after start-up (e.g. the server's metrics); before an engine
@@ -68,10 +71,11 @@ class PluginHost:
                 f"plugin '{name}': register plugins on the engine's host before the engine starts, "
                 "not on a pipeline's host"
             )
-        _register(self.pm, plugin, name, f"plugin '{name}'")
-        check_pending(self.pm)
-        self._registry.clear()
-        self._refresh()
+        with self.pm.scope_lock:
+            _register(self.pm, plugin, name, f"plugin '{name}'")
+            check_pending(self.pm)
+            self._registry.clear()
+            self._rescope()
 
     def _refresh(self) -> None:
         hook = self._hook
@@ -86,6 +90,24 @@ class PluginHost:
         self._on_submitted = self._implemented("omni_stage_submitted")
         self._on_output = self._implemented("omni_stage_output")
         self._on_terminal = self._implemented("omni_request_terminal")
+
+    def _rescope(self) -> None:
+        """(Re)build the per-pipeline hook callers: the plugins taking part (all, on an engine's
+        root host) and this host's own per-pipeline objects, never another host's."""
+        from omni_core.plugin.scope import PER_PIPELINE_HOOKS
+
+        pm = self.pm
+        own = {id(obj) for _, obj in self._own}
+        removed = [obj for obj in pm.pipeline_objects.values() if id(obj) not in own]
+        if self.active is not None:
+            removed += [p for n, p in pm.global_plugins() if n not in self.active]
+        if removed or self.active is not None:
+            self._callers = {
+                name: pm.subset_hook_caller(name, removed) for name in PER_PIPELINE_HOOKS
+            }
+        else:
+            self._callers = {}
+        self._refresh()
 
     def _implemented(self, hook_name: str) -> HookCaller | None:
         caller = self._hook(hook_name)
@@ -103,20 +125,91 @@ class PluginHost:
         (:data:`~omni_core.plugin.scope.PER_PIPELINE_HOOKS`) that call only the plugins taking
         part in ``pipeline`` (:func:`~omni_core.plugin.scope.active_plugins`), through pluggy's
         ``subset_hook_caller``. Computed once, when the engine starts."""
-        from omni_core.plugin.scope import PER_PIPELINE_HOOKS, active_plugins
+        from omni_core.plugin.scope import active_plugins
 
         active = active_plugins(self, pipeline)
-        inactive = [p for n, p in self.pm.list_name_plugin() if p is not None and n not in active]
         scoped = copy.copy(self)  # shares the manager, settings and registry cache
         scoped.active = active
-        scoped._callers = {
-            name: self.pm.subset_hook_caller(name, inactive) for name in PER_PIPELINE_HOOKS
-        }
-        scoped._refresh()
+        scoped._own = []
+        with self.pm.scope_lock:
+            self.pm.hosts.add(scoped)
+            scoped._rescope()
         logger.debug(
             "pipeline '%s': plugins taking part: %s", pipeline.config.name, active or "none"
         )
         return scoped
+
+    # --- per-pipeline plugin objects ------------------------------------------------------------
+    def open_pipeline(self, port: OrchestratorPort) -> None:
+        """Register the objects the plugins taking part return from ``omni_pipeline_plugin``
+        (once, when the engine's orchestrator is built, on its thread): their hook methods take
+        part in this host's hooks only. Raises PluginError naming the plugin when an object
+        implements a hook other than the per-pipeline ones."""
+        from omni_core.plugin.scope import PER_PIPELINE_HOOKS, PIPELINE_PLUGIN
+
+        if not self._hook(PIPELINE_PLUGIN).get_hookimpls():
+            return  # nobody taking part makes one (the common case)
+        if self._own:
+            raise PluginError("this host's per-pipeline plugin objects were already made")
+        pipeline = port.pipeline
+        pm = self.pm
+        label = getattr(getattr(pipeline, "config", None), "name", "?")
+        made = self.results_by_plugin(PIPELINE_PLUGIN, pipeline=pipeline, port=port)
+        allowed = set(PER_PIPELINE_HOOKS) - {PIPELINE_PLUGIN}
+        with pm.scope_lock:
+            try:
+                for plugin, obj in made:
+                    wrong = sorted(
+                        name
+                        for name in dir(obj)
+                        if name.startswith("omni_")
+                        and pm.parse_hookimpl_opts(obj, name) is not None
+                        and name not in allowed
+                    )
+                    if wrong:
+                        raise PluginError(
+                            f"plugin '{plugin}': the object its {PIPELINE_PLUGIN} returned for "
+                            f"pipeline '{label}' implements {', '.join(wrong)}: a per-pipeline "
+                            f"object implements only {', '.join(sorted(allowed))}"
+                        )
+                    name = f"{plugin}@{label}#{id(obj):x}"
+                    try:
+                        pm.register(obj, name, label=plugin)
+                    except Exception as exc:
+                        raise PluginError(
+                            f"plugin '{plugin}': the object its {PIPELINE_PLUGIN} returned for "
+                            f"pipeline '{label}' is invalid: {exc}"
+                        ) from exc
+                    pm.pipeline_objects[name] = obj
+                    self._own.append((name, obj))
+            except BaseException:
+                self._drop_own()
+                raise
+            self._rescope_all()
+
+    def close_pipeline(self) -> None:
+        """Unregister this host's per-pipeline objects (when its engine shut down)."""
+        with self.pm.scope_lock:
+            if self._own:
+                try:
+                    self._drop_own()
+                finally:
+                    self._rescope_all()
+
+    def pipeline_objects(self) -> dict[str, object]:
+        """This host's per-pipeline plugin objects by the plugin that made them."""
+        return {name.partition("@")[0]: obj for name, obj in self._own}
+
+    def _drop_own(self) -> None:
+        for name, _ in self._own:
+            self.pm.pipeline_objects.pop(name, None)
+            if self.pm.get_plugin(name) is not None:
+                self.pm.unregister(name=name)
+        self._own = []
+
+    def _rescope_all(self) -> None:
+        for host in list(self.pm.hosts):
+            host._rescope()
 
     @classmethod
     def create(cls, settings: OmniSettings | None = None, **kwargs: Any) -> PluginHost:
@@ -230,7 +323,15 @@ class PluginHost:
     # --- lifecycle decisions (orchestrator thread) -------------------------------------------
     def admit_request(self, **kwargs: Any) -> list[Admission]:
         """All impls' admissions. A :class:`RequestRejected` propagates as it is; anything else
-        raised becomes a PluginError naming the plugin that failed."""
+        raised becomes a PluginError naming the plugin that failed.
+
+        Takes the hook's arguments; ``run_id`` and its deprecated name ``request_id`` are both
+        passed (either given), and ``pipeline`` is always ``port.pipeline`` (a PipelineView)."""
+        run_id = kwargs.get("run_id", kwargs.get("request_id"))
+        kwargs["run_id"] = kwargs["request_id"] = run_id
+        port = kwargs.get("port")
+        if port is not None:
+            kwargs["pipeline"] = port.pipeline
         try:
             pairs = list(self.results_by_plugin("omni_admit_request", **kwargs))
         except RequestRejected:
@@ -256,7 +357,12 @@ class PluginHost:
     ) -> bool:
         return bool(
             self._hook("omni_intercept_stage_output")(
-                request_id=request_id, request=request, stage_id=stage_id, output=output, port=port
+                run_id=request_id,
+                request_id=request_id,
+                request=request,
+                stage_id=stage_id,
+                output=output,
+                port=port,
             )
         )
 
@@ -266,6 +372,7 @@ class PluginHost:
         """``(plugin name, gate)`` of every impl that returned one, in pluggy's call order."""
         return self.results_by_plugin(
             "omni_forward_gate",
+            run_id=request_id,
             request_id=request_id,
             request=request,
             stage_id=stage_id,
@@ -295,7 +402,7 @@ class PluginHost:
         self, request_id: str, request: RequestView, port: OrchestratorPort
     ) -> None:
         if self._on_admitted is not None:
-            self._on_admitted(request_id=request_id, request=request, port=port)
+            self._on_admitted(run_id=request_id, request_id=request_id, request=request, port=port)
 
     def stage_submitted(
         self,
@@ -307,6 +414,7 @@ class PluginHost:
     ) -> None:
         if self._on_submitted is not None:
             self._on_submitted(
+                run_id=request_id,
                 request_id=request_id,
                 request=request,
                 stage_id=stage_id,
@@ -324,7 +432,12 @@ class PluginHost:
     ) -> None:
         if self._on_output is not None:
             self._on_output(
-                request_id=request_id, request=request, stage_id=stage_id, output=output, port=port
+                run_id=request_id,
+                request_id=request_id,
+                request=request,
+                stage_id=stage_id,
+                output=output,
+                port=port,
             )
 
     def request_terminal(
@@ -337,6 +450,7 @@ class PluginHost:
     ) -> None:
         if self._on_terminal is not None:
             self._on_terminal(
+                run_id=request_id,
                 request_id=request_id,
                 request=request,
                 finish_reason=finish_reason,

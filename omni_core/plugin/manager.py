@@ -22,19 +22,29 @@ import importlib
 import importlib.metadata as md
 import logging
 import sys
+import threading
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
 from omni_core import hookspecs
 from omni_core.config.settings import OmniSettings
 from omni_core.errors import PluginLoadError
-from omni_core.plugin import ENTRY_POINT_GROUP, PLUGIN_API_VERSION, PROJECT_NAME
+from omni_core.plugin import (
+    ENTRY_POINT_GROUP,
+    PLUGIN_API_VERSION,
+    PROJECT_NAME,
+    SUPPORTED_API_VERSIONS,
+)
+
+if TYPE_CHECKING:
+    from omni_core.plugin.hooks import PluginHost
 
 logger = logging.getLogger(__name__)
 
@@ -75,14 +85,26 @@ class OmniPluginManager(pluggy.PluginManager):
         self.plugin_info: dict[str, PluginInfo] = {}
         self.origins: dict[str, str] = {}  # plugin name -> where it came from, for errors
         self.disabled: list[str] = []
+        # Per-pipeline plugin objects (``omni_pipeline_plugin``): registered name -> object.
+        # Each takes part only in the hooks of the host that registered it; every host of this
+        # manager is rescoped when one is registered or unregistered.
+        self.pipeline_objects: dict[str, object] = {}
+        self.hosts: weakref.WeakSet[PluginHost] = weakref.WeakSet()
+        self.scope_lock = threading.RLock()
 
     def parse_hookimpl_opts(self, plugin: Any, name: str) -> Any:
         if not name.startswith("omni_"):
             return None
         return super().parse_hookimpl_opts(plugin, name)
 
-    def register(self, plugin: Any, name: str | None = None) -> str | None:
-        """pluggy's ``register``, then the plugin's impls wrapped (isolated or attributed)."""
+    def register(
+        self, plugin: Any, name: str | None = None, *, label: str | None = None
+    ) -> str | None:
+        """pluggy's ``register``, then the plugin's impls wrapped (isolated or attributed).
+
+        ``label``: the plugin name errors and results are attributed to (default: ``name``; a
+        per-pipeline object is attributed to the plugin that made it).
+        """
         plugin_name = super().register(plugin, name)
         if plugin_name is None:
             return None
@@ -91,8 +113,16 @@ class OmniPluginManager(pluggy.PluginManager):
                 if impl.plugin is not plugin or impl.wrapper or impl.hookwrapper:
                     continue
                 guard = _isolated if caller.name in OBSERVERS else _attributed
-                impl.function = guard(impl.function, plugin_name, caller.name)  # type: ignore[misc]
+                impl.function = guard(impl.function, label or plugin_name, caller.name)  # type: ignore[misc]
         return plugin_name
+
+    def global_plugins(self) -> list[tuple[str, Any]]:
+        """``(name, plugin)`` of every registered plugin but the per-pipeline objects."""
+        return [
+            (name, plugin)
+            for name, plugin in self.list_name_plugin()
+            if plugin is not None and name not in self.pipeline_objects
+        ]
 
     def enable_trace(self, write: Callable[[str], object] | None = None) -> Callable[[], None]:
         """pluggy's hook-call trace written to ``write`` (default: the current ``sys.stderr``).
@@ -172,6 +202,9 @@ API_CHANGES: dict[int, str] = {
     2: "request-lifecycle hooks receive a read-only request view and a port (omni_core.views) "
     "instead of the orchestrator, and a plugin's per-request hooks take part only in the "
     "pipelines that use it (requires_plugins, its sections/kinds/bridges, omni_applies_to)",
+    3: "a plugin object per pipeline (omni_pipeline_plugin) holds a plugin's state; hooks take "
+    "run_id (request_id is its deprecated alias) and omni_admit_request's pipeline is a "
+    "PipelineView; omni_stage_output fires after the output is recorded",
 }
 DOCS = "docs/plugins.md"
 
@@ -183,7 +216,15 @@ def _check_api_version(module: Any, where: str) -> None:
             f"{where} does not declare OMNI_PLUGIN_API_VERSION (omni-core plugin API version is "
             f"{PLUGIN_API_VERSION}; see {DOCS}#rules-of-the-plugin-api)"
         )
-    if declared == PLUGIN_API_VERSION:
+    if type(declared) is int and declared in SUPPORTED_API_VERSIONS:
+        if declared < PLUGIN_API_VERSION:
+            logger.info(
+                "%s declares plugin API version %d: loaded unchanged (deprecated; see %s#%s)",
+                where,
+                declared,
+                DOCS,
+                f"migrating-from-api-{declared}-to-api-{PLUGIN_API_VERSION}",
+            )
         return
     message = (
         f"{where} declares plugin API version {declared!r}, but this omni-core provides "
@@ -193,7 +234,8 @@ def _check_api_version(module: Any, where: str) -> None:
         if declared < PLUGIN_API_VERSION:
             since = range(declared + 1, PLUGIN_API_VERSION + 1)
             changes = [API_CHANGES[v] for v in since if v in API_CHANGES]
-            anchor = f"migrating-from-api-{declared}-to-api-{PLUGIN_API_VERSION}"
+            # the oldest section the plugin needs: API 2 still loads, so migrate to it first
+            anchor = f"migrating-from-api-{declared}-to-api-{declared + 1}"
             message += (
                 f". Changed since {declared}: {'; '.join(changes)}. Migrate the plugin: "
                 f"{DOCS}#{anchor}"

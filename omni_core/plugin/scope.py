@@ -1,9 +1,11 @@
 """Which plugins take part in a pipeline's requests (decided once per engine start).
 
-A plugin's *per-pipeline* hooks (:data:`PER_PIPELINE_HOOKS`: admission, output interception,
-forward gates, abort expansion, background tasks, shutdown work and the observers) are called
-only for the pipelines the plugin takes part in. Every other hook (``omni_addhooks``, the
-``omni_register_*`` registrations, ``omni_applies_to`` itself and hooks plugins add) stays global.
+A plugin's *per-pipeline* hooks (:data:`PER_PIPELINE_HOOKS`: its per-pipeline object,
+admission, output interception, forward gates, abort expansion, background tasks, shutdown work
+and the observers) are called only for the pipelines the plugin takes part in; the object its
+``omni_pipeline_plugin`` returns takes part in that one pipeline's hooks only. Every other
+hook (``omni_addhooks``, the ``omni_register_*`` registrations, ``omni_applies_to`` itself and
+hooks plugins add) stays global.
 
 A plugin takes part in a pipeline when, in this order (the first that holds is the reason):
 
@@ -32,7 +34,9 @@ if TYPE_CHECKING:
     from omni_core.plugin.hooks import PluginHost
 
 # Hooks called only for the plugins that take part in the pipeline (subset hook callers).
+PIPELINE_PLUGIN = "omni_pipeline_plugin"
 PER_PIPELINE_HOOKS: tuple[str, ...] = (
+    PIPELINE_PLUGIN,
     "omni_admit_request",
     "omni_intercept_stage_output",
     "omni_forward_gate",
@@ -71,7 +75,7 @@ def active_plugins(host: PluginHost, pipeline: ResolvedPipeline) -> dict[str, st
     """
     pm = host.pm
     config = pipeline.config
-    names = [name for name, plugin in pm.list_name_plugin() if plugin is not None]
+    names = [name for name, _ in pm.global_plugins()]
     reasons: dict[str, str] = {}
     for name in config.requires_plugins:
         if name in names:
@@ -98,7 +102,7 @@ def active_plugins(host: PluginHost, pipeline: ResolvedPipeline) -> dict[str, st
 def _applies_to(host: PluginHost, name: str, pipeline: ResolvedPipeline) -> bool:
     """One plugin's answer, through pluggy: a subset caller holding that plugin's impls only."""
     pm = host.pm
-    others = [p for n, p in pm.list_name_plugin() if p is not None and n != name]
+    others = [p for n, p in pm.list_name_plugin() if p is not None and n != name]  # objects too
     caller = pm.subset_hook_caller(APPLIES_TO, remove_plugins=others)
     try:
         answers = caller(pipeline=pipeline)

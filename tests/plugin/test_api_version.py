@@ -1,5 +1,6 @@
-"""Plugin API versions: a plugin written for an older API fails to load with a message naming it,
-its version, what changed since and the migration section of docs/plugins.md; ``omni`` exits 2."""
+"""Plugin API versions: a plugin written for API 2 loads unchanged (API 3's renamed argument is a
+deprecation cycle); one written for an older API fails to load with a message naming it, its
+version, what changed since and the migration section of docs/plugins.md; ``omni`` exits 2."""
 
 from __future__ import annotations
 
@@ -32,9 +33,15 @@ def load_error(fake_entry_points, omni_settings, version: object) -> str:
     return str(info.value)
 
 
-def test_the_current_version_is_2_and_says_what_changed():
-    assert PLUGIN_API_VERSION == 2
+def test_the_current_version_is_3_and_says_what_changed():
+    assert PLUGIN_API_VERSION == 3
     assert "port" in API_CHANGES[2] and "pipelines that use it" in API_CHANGES[2]
+    assert "omni_pipeline_plugin" in API_CHANGES[3] and "run_id" in API_CHANGES[3]
+
+
+def test_a_version_2_plugin_loads_unchanged(fake_entry_points, omni_settings):
+    fake_entry_points.add("old", plugin_declaring(2), distribution="omni-old", version="0.4")
+    assert PluginHost.create(omni_settings).pm.get_plugin("old") is not None
 
 
 def test_a_version_1_plugin_is_told_what_changed_and_where_to_migrate(
@@ -43,23 +50,25 @@ def test_a_version_1_plugin_is_told_what_changed_and_where_to_migrate(
     message = load_error(fake_entry_points, omni_settings, 1)
     assert message == (
         "plugin 'old' (entry point 'omni_old' from omni-old 0.4) declares plugin API version 1, "
-        f"but this omni-core provides version 2. Changed since 1: {API_CHANGES[2]}. Migrate the "
-        "plugin: docs/plugins.md#migrating-from-api-1-to-api-2"
+        f"but this omni-core provides version 3. Changed since 1: {API_CHANGES[2]}; "
+        f"{API_CHANGES[3]}. Migrate the plugin: docs/plugins.md#migrating-from-api-1-to-api-2"
     )
 
 
-def test_the_migration_link_names_a_section_of_the_plugin_guide():
+def test_the_migration_links_name_sections_of_the_plugin_guide():
     headings = re.findall(r"^#+ (.+)$", DOCS.read_text(), flags=re.M)
     slugs = {re.sub(r"[^a-z0-9 -]", "", h.lower()).strip().replace(" ", "-") for h in headings}
     assert "migrating-from-api-1-to-api-2" in slugs
+    assert "migrating-from-api-2-to-api-3" in slugs
 
 
 @pytest.mark.parametrize(
     ("version", "expected"),
     [
-        (None, "does not declare OMNI_PLUGIN_API_VERSION (omni-core plugin API version is 2;"),
-        (3, "declares plugin API version 3, but this omni-core provides version 2 (the plugin "),
-        ("2", "declares plugin API version '2', but this omni-core provides version 2"),
+        (None, "does not declare OMNI_PLUGIN_API_VERSION (omni-core plugin API version is 3;"),
+        (4, "declares plugin API version 4, but this omni-core provides version 3 (the plugin "),
+        ("2", "declares plugin API version '2', but this omni-core provides version 3"),
+        (True, "declares plugin API version True, but this omni-core provides version 3"),
     ],
 )
 def test_other_declarations_are_refused_naming_the_plugin(

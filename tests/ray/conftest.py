@@ -1,5 +1,5 @@
-"""Ray runtime tests: they need the ray extra (``./setup.sh`` installs it). CI sets
-OMNI_REQUIRE_RAY=1 so a missing Ray fails there instead of skipping.
+"""Ray runtime tests: they need the ray extra (``./setup.sh`` installs it) and carry the ``ray``
+marker (tests/optional.py: skipped without it unless OMNI_REQUIRE_RAY=1, as in CI).
 
 One local Ray serves the whole directory (started once: ~5 s), the way the runtime starts its
 own: on loopback, under a supervisor (``omni_core.stage.ray_local``), so a killed pytest leaves
@@ -12,12 +12,6 @@ from __future__ import annotations
 import os
 
 import pytest
-
-from tests.optional import require_installed
-
-pytest_collection_modifyitems = require_installed(
-    "ray", "OMNI_REQUIRE_RAY", "tests/ray", "pip install 'omni-core[ray]'"
-)
 
 
 @pytest.fixture(scope="session")
