@@ -234,6 +234,12 @@ class OmniEngineBase:
         if streams.get(key) is stream:
             del streams[key]
 
+    def pipeline_plugin(self, plugin: str) -> Any:
+        """The object plugin ``plugin``'s ``omni_pipeline_plugin`` made for this engine's
+        pipeline (None: it made none, or the plugin does not take part). Its state is written on
+        the orchestrator thread: read it as the plugin documents (e.g. under the plugin's lock)."""
+        return self._runtime.hooks.pipeline_objects().get(plugin)
+
     # --- liveness, health -----------------------------------------------------------------------
     def is_alive(self) -> bool:
         return self._runtime.is_alive()

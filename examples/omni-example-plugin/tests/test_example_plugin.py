@@ -11,7 +11,6 @@ import json
 
 import omni_example_plugin.plugin as example_plugin
 import pytest
-from omni_example_plugin.stats import STATS
 
 from omni_core import PluginHost, SamplingParams
 from omni_core.testing import prompt_tokens, scripted_token
@@ -71,11 +70,11 @@ def test_plugin_registers_kind_bridge_pipeline_cli_and_observer(example, omni_se
         False,
     )
     assert host.hooks_of("example") == [
+        "omni_pipeline_plugin",  # its observer lives on the object this returns, per pipeline
         "omni_register_bridges",
         "omni_register_cli_groups",
         "omni_register_pipelines",
         "omni_register_stage_kinds",
-        "omni_request_terminal",
     ]
 
 
@@ -137,7 +136,6 @@ async def test_abort_returns_the_reversed_prefix(example, make_engine):
 
 
 async def test_observer_counts_terminal_outcomes_by_finish_reason(example, make_engine):
-    before = STATS.snapshot()
     mirror = make_engine(MIRROR)
     await asyncio.gather(collect(mirror, [1, 2]), collect(mirror, "ok"))
     await collect(mirror, [1, 2, 3], sampling_params=SamplingParams(max_tokens=1))
@@ -148,7 +146,16 @@ async def test_observer_counts_terminal_outcomes_by_finish_reason(example, make_
     await gen.aclose()
     failing = make_engine(FAILING)
     assert (await collect(failing, "x"))[-1].error.type == "ScriptedStageError"
-    assert STATS.since(before) == {"abort": 1, "error": 1, "length": 1, "stop": 2}
+    # one counter per engine (the plugin's object for its pipeline), each seeing its own runs
+    counters = [engine.pipeline_plugin("example") for engine in (mirror, slow, failing)]
+    assert [c.snapshot() for c in counters] == [
+        {"length": 1, "stop": 2},
+        {"abort": 1},
+        {"error": 1},
+    ]
+    slow.shutdown()  # the counter leaves with its engine; the counts stay readable
+    assert slow.pipeline_plugin("example") is None
+    assert counters[1].snapshot() == {"abort": 1}
 
 
 def test_cli_group_prints_outcome_counts(example):

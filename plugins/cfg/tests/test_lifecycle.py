@@ -12,6 +12,7 @@ import random
 import sys
 import time
 import types
+import weakref
 from types import SimpleNamespace
 
 import omni_cfg.plugin as cfg_plugin
@@ -51,19 +52,24 @@ def submitted(fake_entry_points):
     fake_entry_points.add("cfg", cfg_plugin, distribution="omni-cfg", version="0.1.0")
     seen = []
     recorder = types.ModuleType("cfg_test_recorder")
-    recorder.OMNI_PLUGIN_API_VERSION = 2
+    recorder.OMNI_PLUGIN_API_VERSION = 3
 
     @hookimpl
-    def omni_stage_submitted(request_id, stage_id, replica):
-        seen.append((request_id, stage_id, replica))
+    def omni_stage_submitted(run_id, stage_id, replica):
+        seen.append((run_id, stage_id, replica))
 
     recorder.omni_stage_submitted = omni_stage_submitted
     fake_entry_points.add("recorder", recorder)
     return seen
 
 
+def guided(engine):
+    """The plugin's object for the engine's pipeline (``omni_pipeline_plugin``)."""
+    return engine.pipeline_plugin("cfg")
+
+
 def tracker(engine):
-    return cfg_plugin.tracker_of(engine._runtime.orchestrator.port)
+    return guided(engine).guide.tracker
 
 
 def assert_clean(engine):
@@ -286,7 +292,7 @@ async def test_parent_abort_expands_to_live_companions(submitted, make_engine):
     hang = {"encoder": {"extra": {"scripted": {"hang_after": 1}}}}  # parent and companion hang
     task = asyncio.ensure_future(collect(engine, "x", request_id="p", sampling_params=hang))
     await wait_for(lambda: engine.request_tables()["bindings"] == 2)
-    expanded = cfg_plugin.omni_expand_abort(["p"], engine._runtime.orchestrator.port)
+    expanded = guided(engine).omni_expand_abort(["p"])
     assert list(expanded) == ["p#cfg-neg"]
     result = await engine.abort_async("p")
     outs = await task
@@ -309,7 +315,8 @@ async def test_replica_loss_before_delivery_fails_parent_once(submitted, make_en
 async def test_duplicate_completion_is_idempotent(submitted, make_engine):
     engine = make_engine(pipeline())
     orchestrator = engine._runtime.orchestrator
-    t = tracker(engine)
+    plugin = guided(engine)
+    t = plugin.guide.tracker
     params = {
         "encoder": {
             "extra": {"scripted": {"hang_after": 2}, "cfg": {"companion_params": {"extra": {}}}}
@@ -325,7 +332,7 @@ async def test_duplicate_completion_is_idempotent(submitted, make_engine):
 
     async def duplicate():
         companion = SimpleNamespace(run_id="p#cfg-neg", stages={})  # ended: no longer held
-        cfg_plugin.omni_intercept_stage_output(companion, 0, dup, orchestrator.port)
+        plugin.omni_stage_output(companion, 0, dup)
         return t.deliver("p#cfg-neg", object())
 
     fut = asyncio.run_coroutine_threadsafe(duplicate(), orchestrator.loop)
@@ -365,3 +372,22 @@ async def test_200_guided_requests_with_random_aborts(submitted, make_engine):
     assert reasons.get("stop", 0) > 0
     await wait_for(lambda: engine.num_active_requests == 0)
     assert_clean(engine)
+
+
+# --- the plugin's state: one object per pipeline ------------------------------------------------
+async def test_each_engine_has_its_own_guide_and_an_unguided_one_none(submitted, make_engine):
+    first, second = make_engine(pipeline()), make_engine(pipeline())
+    plain = make_engine(
+        "name: plain\nstages:\n  - {id: 0, name: s, kind: scripted, final_output: true}\n"
+    )
+    assert guided(first) is not guided(second)
+    assert tracker(first) is not tracker(second)
+    assert plain.pipeline_plugin("cfg") is None  # not guided: no object, no hook fires there
+    state = (dict, list, set, weakref.WeakKeyDictionary)
+    assert [k for k, v in vars(cfg_plugin).items() if isinstance(v, state) and k[0] != "_"] == []
+    assert not hasattr(cfg_plugin, "_guides")  # no module-global state keyed by the port
+    outs = await collect(first, "x", request_id="p")
+    assert outs[-1].finish_reason == "stop"
+    assert tracker(first).releases == 1 and tracker(second).releases == 0
+    first.shutdown()
+    assert first.pipeline_plugin("cfg") is None  # unregistered with its engine

@@ -8,8 +8,6 @@ from typing import Annotated, Any
 
 import typer
 
-from omni_example_plugin.stats import STATS
-
 app = typer.Typer(
     help="Commands of the example plugin.",
     no_args_is_help=True,
@@ -40,7 +38,7 @@ def stats(
         engine = create_engine(pipeline, settings=settings, plugins=PluginHost.create(settings))
     except Exception as exc:  # bad pipeline or plugin: exit 2, one stderr line per problem
         raise typer.Exit(report_error(exc, debug=False)) from None
-    before = STATS.snapshot()
+    counter = engine.pipeline_plugin("example")  # this engine's OutcomeCounter
     try:
         params = None if max_tokens is None else SamplingParams(max_tokens=max_tokens)
         asyncio.run(_run_all(engine, prompt, params))
@@ -48,7 +46,7 @@ def stats(
         raise typer.Exit(report_error(exc, debug=False)) from None
     finally:
         engine.shutdown()
-    counts = STATS.since(before)
+    counts = counter.snapshot() if counter is not None else {}
     if as_json:
         typer.echo(json.dumps(counts, sort_keys=True))
     else:

@@ -11,14 +11,15 @@ from typing import TYPE_CHECKING
 
 from omni_core import hookimpl
 from omni_core.plugin.types import Bridge, CliGroup, PipelineSpec, StageKind
-from omni_example_plugin.stats import STATS
 
 if TYPE_CHECKING:
     from omni_core.config.pipeline import PipelineConfig
+    from omni_core.views import OrchestratorPort, PipelineView
+    from omni_example_plugin.stats import OutcomeCounter
 
 # The plugin API version this plugin was written against; omni-core refuses to load a plugin
-# whose version differs from its own PLUGIN_API_VERSION (a literal, on purpose).
-OMNI_PLUGIN_API_VERSION = 2
+# whose version it does not support (a literal, on purpose).
+OMNI_PLUGIN_API_VERSION = 3
 
 PIPELINE = {
     "name": "example-reverse",
@@ -78,10 +79,12 @@ def omni_register_pipelines() -> Iterable[PipelineSpec]:
 
 
 @hookimpl
-def omni_request_terminal(finish_reason: str) -> None:
-    # An observer: it takes only the arguments it needs. It runs on the orchestrator thread
-    # for every run that ends (requests, parallel-sampling children, companions): keep it cheap.
-    STATS.record(finish_reason)
+def omni_pipeline_plugin(pipeline: PipelineView, port: OrchestratorPort) -> OutcomeCounter:
+    # The plugin's state for one pipeline (one engine): an object whose @hookimpl methods take
+    # part in that pipeline's hooks only, unregistered when the engine shuts down.
+    from omni_example_plugin.stats import OutcomeCounter
+
+    return OutcomeCounter(pipeline.config.name)
 
 
 @hookimpl

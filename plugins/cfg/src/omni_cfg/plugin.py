@@ -1,17 +1,17 @@
 """The hook implementations omni-core loads (entry point ``cfg`` → this module).
 
-Cheap to import: it is imported whenever a plugin manager is built. One :class:`Guide` per
-orchestrator (per :class:`~omni_core.views.OrchestratorPort`) holds the state; an orchestrator
-whose pipeline is not guided gets none, and every hook returns at once for it. Only the public
-API: the hooks' ``request`` views and ``port``.
+Cheap to import: it is imported whenever a plugin manager is built. The state lives on the
+plugin's object per pipeline: ``omni_pipeline_plugin`` returns a :class:`GuidedPipeline` (a
+:class:`Guide` for that engine) for a guided pipeline and nothing for one that is not, so its
+hooks take part in the guided pipeline only (no module-global state, no lookup per hook). Only
+the public API: the hooks' request views and ``port``.
 """
 
 from __future__ import annotations
 
 import math
-import weakref
 from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from omni_cfg.config import SECTION, CfgSection, guided_target
 from omni_core import hookimpl
@@ -24,18 +24,56 @@ from omni_core.plugin.types import (
 
 if TYPE_CHECKING:
     from omni_cfg.guide import Guide
-    from omni_cfg.tracker import Tracker
     from omni_core.outputs import ErrorInfo, StageOutput
     from omni_core.sampling import SamplingParams
     from omni_core.views import OrchestratorPort, PipelineView, RequestView
 
-OMNI_PLUGIN_API_VERSION = 2
-
-_guides: weakref.WeakKeyDictionary[OrchestratorPort, Guide | None] = weakref.WeakKeyDictionary()
+OMNI_PLUGIN_API_VERSION = 3
 
 
-def guide_of(port: OrchestratorPort) -> Guide | None:
-    """The orchestrator's Guide, built on first use; None when its pipeline is not guided.
+class GuidedPipeline:
+    """The plugin's object for one guided pipeline: its hooks, over that engine's Guide."""
+
+    def __init__(self, guide: Guide) -> None:
+        self.guide = guide
+
+    @hookimpl
+    def omni_background_tasks(self) -> Iterable[Callable[[], Awaitable[None]]]:
+        return [self.guide.reaper]
+
+    @hookimpl
+    def omni_admit_request(
+        self, run_id: str, request: RequestView, params: dict[int, SamplingParams]
+    ) -> Admission | None:
+        return self.guide.admit(run_id, params, request.request_id)
+
+    @hookimpl
+    def omni_request_admitted(self, request: RequestView) -> None:
+        self.guide.admitted(request)
+
+    @hookimpl
+    def omni_stage_output(self, request: RequestView, stage_id: int, output: StageOutput) -> None:
+        # an observer: it fires after the output is recorded in request.stages[stage_id].result
+        self.guide.on_output(request, stage_id, output)
+
+    @hookimpl
+    def omni_forward_gate(self, run_id: str, stage_id: int) -> ForwardGate | None:
+        return self.guide.gate(run_id, stage_id)
+
+    @hookimpl
+    def omni_expand_abort(self, request_ids: list[str]) -> Iterable[str]:
+        return self.guide.abort_targets(request_ids)
+
+    @hookimpl
+    def omni_request_terminal(
+        self, run_id: str, finish_reason: str, error: ErrorInfo | None
+    ) -> None:
+        self.guide.terminal(run_id, finish_reason, error)
+
+
+@hookimpl
+def omni_pipeline_plugin(pipeline: PipelineView, port: OrchestratorPort) -> GuidedPipeline | None:
+    """The pipeline's :class:`GuidedPipeline`; None when it is not guided.
 
     A pipeline is guided when its ``cfg:`` section resolves a guided stage (an enabled section
     must; a disabled one guides only the requests that ask), or when it has no ``cfg:`` section
@@ -43,27 +81,14 @@ def guide_of(port: OrchestratorPort) -> Guide | None:
     disabled (only the requests that ask are guided, as ``QwenImagePipeline`` guides only with a
     negative prompt).
     """
-    try:
-        return _guides[port]
-    except KeyError:
-        pass
     from omni_cfg.guide import Guide
 
-    config = port.pipeline.config
-    section = port.pipeline.sections.get(SECTION)
-    guide = None
-    if section is None or isinstance(section, CfgSection):
-        section = section or CfgSection(enabled=False)
-        target = guided_target(config, section.stage, strict=False)
-        if target is not None:
-            guide = Guide(port, section, target)
-    _guides[port] = guide
-    return guide
-
-
-def tracker_of(port: OrchestratorPort) -> Tracker | None:
-    guide = guide_of(port)
-    return guide.tracker if guide is not None else None
+    section = pipeline.sections.get(SECTION)
+    if section is not None and not isinstance(section, CfgSection):
+        return None
+    section = section or CfgSection(enabled=False)
+    target = guided_target(pipeline.config, section.stage, strict=False)
+    return GuidedPipeline(Guide(port, section, target)) if target is not None else None
 
 
 # --- registration ---------------------------------------------------------------------------
@@ -107,56 +132,3 @@ def omni_applies_to(pipeline: PipelineView) -> bool:
     # Asked only for pipelines without a cfg: section (those use the plugin anyway): guided
     # (the requests that ask) when they have one diffusers stage with one on_finish input.
     return guided_target(pipeline.config, None, strict=False) is not None
-
-
-# --- request lifecycle ------------------------------------------------------------------------
-@hookimpl
-def omni_background_tasks(port: OrchestratorPort) -> Iterable[Callable[[], Awaitable[None]]]:
-    guide = guide_of(port)
-    return [guide.reaper] if guide is not None else []
-
-
-@hookimpl
-def omni_admit_request(
-    request_id: str, request: RequestView, params: dict[int, SamplingParams], port: OrchestratorPort
-) -> Admission | None:
-    guide = guide_of(port)
-    return guide.admit(request_id, params, request.request_id) if guide is not None else None
-
-
-@hookimpl
-def omni_request_admitted(request: RequestView, port: OrchestratorPort) -> None:
-    guide = guide_of(port)
-    if guide is not None:
-        guide.admitted(request)
-
-
-@hookimpl
-def omni_intercept_stage_output(
-    request: RequestView, stage_id: int, output: StageOutput, port: OrchestratorPort
-) -> Any:
-    guide = guide_of(port)
-    if guide is not None:
-        guide.on_output(request, stage_id, output)
-    return None  # never consumes: the companion's run finishes normally
-
-
-@hookimpl
-def omni_forward_gate(request_id: str, stage_id: int, port: OrchestratorPort) -> ForwardGate | None:
-    guide = guide_of(port)
-    return guide.gate(request_id, stage_id) if guide is not None else None
-
-
-@hookimpl
-def omni_expand_abort(request_ids: list[str], port: OrchestratorPort) -> Iterable[str]:
-    guide = guide_of(port)
-    return guide.abort_targets(request_ids) if guide is not None else ()
-
-
-@hookimpl
-def omni_request_terminal(
-    request_id: str, finish_reason: str, error: ErrorInfo | None, port: OrchestratorPort
-) -> None:
-    guide = guide_of(port)
-    if guide is not None:
-        guide.terminal(request_id, finish_reason, error)
