@@ -61,15 +61,27 @@ class FakeSocket:
         return self.close_code is None and self.task is not None and not self.task.done()
 
     async def recv(self, timeout: float = 10.0) -> dict[str, Any]:
+        """The next server event; :class:`ConnectionError` at once if the server ended the
+        connection and sent nothing more."""
         async with asyncio.timeout(timeout):
-            return await self.sent.get()
+            get = asyncio.ensure_future(self.sent.get())
+            try:
+                ended = {self.task} if self.task is not None else set()
+                await asyncio.wait({get, *ended}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                get.cancel()
+            if get.done() and not get.cancelled():
+                return get.result()
+            if not self.sent.empty():
+                return self.sent.get_nowait()
+            raise ConnectionError(f"the server ended the connection (close code {self.close_code})")
 
     async def until(self, predicate: Any, timeout: float = 10.0) -> list[dict[str, Any]]:
         """Events up to and including the first that satisfies ``predicate``."""
         seen = []
         async with asyncio.timeout(timeout):
             while True:
-                event = await self.sent.get()
+                event = await self.recv(timeout)
                 seen.append(event)
                 if predicate(event):
                     return seen
