@@ -74,7 +74,7 @@ def wire_rows(quick: bool) -> list[Row]:
                 raise CheckFailed("the RequestOutput payload was not rebuilt")
 
         def typed_read() -> None:  # the caller reads the payload: RequestOutput built
-            if received().payload.outputs[0].token_ids != out[0].token_ids:
+            if received().payload.request_output().outputs[0].token_ids != out[0].token_ids:
                 raise CheckFailed("the RequestOutput payload differs")
 
         data = wire.encode(wire.outputs_frame(out, 0.0))

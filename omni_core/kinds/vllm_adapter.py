@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import os
-import time
+import threading
 from typing import Any
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine core in this process
@@ -43,6 +43,8 @@ def _pack_request_output(out: Any) -> Any:
     """The fields of a ``RequestOutput`` payload that its :class:`~omni_core.outputs.StageOutput`
     lacks (the prompt's text and its logprobs with the first output only, as its token ids)."""
     ro = out.payload
+    if isinstance(ro, WireRequestOutput):  # crossing the wire again from a client
+        ro = ro.request_output()
     completion = ro.outputs[0]
     first = out.prompt_token_ids is not None
     prompt = ro.prompt if first else None
@@ -67,56 +69,54 @@ def _pack_request_output(out: Any) -> Any:
     ]
 
 
-class LazyRequestOutput(RequestOutput):
-    """vLLM's ``RequestOutput`` of one output received over the stage-process wire, built when
-    first used: most token outputs' payloads are never read (a caller reads the text and token
-    ids of our own output), and vLLM's two objects per token cost more than the rest of the wire.
+class WireRequestOutput:
+    """vLLM's ``RequestOutput`` of one output received over the stage-process wire, held as the
+    fields it is built from: most token outputs' payloads are never read (a caller reads the text
+    and token ids of our own output), and vLLM's two objects per token cost more than the rest of
+    the wire.
 
-    It is a ``RequestOutput`` (``isinstance``). The first read or write of one of its attributes
-    (or ``repr``, pickling, copying) builds it: vLLM's own constructors set every attribute and
-    the object becomes a plain ``RequestOutput`` (its class is switched), equal attribute by
-    attribute to the one ``RequestOutput(...)`` builds, with no lazy machinery left on it. Until
-    then ``vars()`` of it holds only the fields it is built from.
+    :meth:`request_output` builds vLLM's object once (under a lock: a bridge on the orchestrator
+    thread and a caller on its own may ask at once; both get the same object) and returns it from
+    then on; a build that raised is tried again by the next call. Reading any other attribute
+    (``payload.outputs``, ``payload.prompt_token_ids``) reads it from that object. Pickling and
+    copying keep the fields (a copy builds its own object).
     """
 
-    _omni_fields: tuple[Any, ...]
+    __slots__ = ("_built", "fields")
 
-    def __init__(self, fields: tuple[Any, ...]) -> None:  # attributes set when first used
-        self._omni_fields = fields
+    def __init__(self, fields: tuple[Any, ...]) -> None:
+        self.fields = fields
+        self._built: RequestOutput | None = None
+
+    def request_output(self) -> RequestOutput:
+        """vLLM's ``RequestOutput``, built on the first call (any thread), the same after."""
+        built = self._built
+        if built is None:
+            with _BUILD_LOCK:
+                built = self._built
+                if built is None:
+                    built = self._built = _request_output(self.fields)
+        return built
+
+    @property
+    def built(self) -> bool:
+        """Whether :meth:`request_output` built vLLM's object already."""
+        return self._built is not None
 
     def __getattr__(self, name: str) -> Any:
-        # only reached for attributes neither set nor named below (``_BuiltOnUse``)
-        if name.startswith("__") or name == "_omni_fields":
+        # only reached for names that are not this class's own: vLLM's attributes
+        if name.startswith("__"):
             raise AttributeError(name)
-        self._build()
-        return getattr(self, name)
-
-    def _build(self) -> None:
-        """Become the plain ``RequestOutput``. Built aside, then its attributes and class are
-        set: a thread reading the same payload meanwhile (a bridge in the orchestrator thread,
-        a caller in its own) waits for that instead of seeing a half-built object."""
-        while True:
-            fields = self.__dict__.pop("_omni_fields", None)  # atomic: one thread builds
-            if fields is not None:
-                break
-            if type(self) is not LazyRequestOutput:
-                return  # another thread built it
-            time.sleep(0)  # another thread is building it (or failed to: then it is ours)
-        try:
-            built = _request_output(fields)
-        except BaseException:  # the next use tries again (and raises again) instead of waiting
-            self.__dict__["_omni_fields"] = fields
-            raise
-        self.__dict__.update(built.__dict__)
-        self.__class__ = RequestOutput
+        return getattr(self.request_output(), name)
 
     def __repr__(self) -> str:
-        self._build()
-        return repr(self)
+        return f"WireRequestOutput({self.request_output()!r})"
 
-    def __reduce__(self) -> str | tuple[Any, ...]:
-        self._build()
-        return self.__reduce_ex__(2)  # now vLLM's class: pickled (copied) as a plain one
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (WireRequestOutput, (self.fields,))
+
+
+_BUILD_LOCK = threading.Lock()
 
 
 def _request_output(fields: tuple[Any, ...]) -> RequestOutput:
@@ -149,55 +149,10 @@ def _request_output(fields: tuple[Any, ...]) -> RequestOutput:
     )
 
 
-class _BuiltOnUse:
-    """An attribute of an unbuilt :class:`LazyRequestOutput`: reading or writing it builds the
-    object first (a data descriptor of the lazy class only: once built, the object's class is
-    vLLM's and its attributes are plain ones)."""
-
-    __slots__ = ("name",)
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __get__(self, obj: Any, owner: type | None = None) -> Any:
-        if obj is None:
-            return self
-        obj._build()
-        return getattr(obj, self.name)
-
-    def __set__(self, obj: Any, value: Any) -> None:
-        obj._build()
-        setattr(obj, self.name, value)
-
-    def __delete__(self, obj: Any) -> None:
-        obj._build()
-        delattr(obj, self.name)
-
-
-for _name in (
-    "request_id",
-    "prompt",
-    "prompt_token_ids",
-    "prompt_logprobs",
-    "prompt_token_id_logprobs",
-    "outputs",
-    "finished",
-    "metrics",
-    "lora_request",
-    "encoder_prompt",
-    "encoder_prompt_token_ids",
-    "num_cached_tokens",
-    "num_cache_creation_tokens",
-    "kv_transfer_params",
-    "ec_transfer_params",
-):
-    setattr(LazyRequestOutput, _name, _BuiltOnUse(_name))
-
 _NO_PROMPT = (None, None)
-_new = object.__new__
 
 
-def _unpack_request_output(out: Any, fields: Any, state: dict[str, Any]) -> RequestOutput:
+def _unpack_request_output(out: Any, fields: Any, state: dict[str, Any]) -> WireRequestOutput:
     """vLLM's ``RequestOutput`` of one output, built in the client when first read (``state``:
     each request's prompt and prompt ids, from its first output to its last, kept here now)."""
     rid = out.request_id
@@ -207,24 +162,24 @@ def _unpack_request_output(out: Any, fields: Any, state: dict[str, Any]) -> Requ
         prompt, prompt_ids = state.pop(rid, _NO_PROMPT)
     else:
         prompt, prompt_ids = state.get(rid, _NO_PROMPT)
-    ro = _new(LazyRequestOutput)  # (no __init__ call per token)
-    ro._omni_fields = (
-        rid,
-        out.text,
-        out.token_ids,
-        out.logprobs,
-        out.finish_reason,
-        out.finished,
-        fields,
-        prompt,
-        prompt_ids,
+    return WireRequestOutput(
+        (
+            rid,
+            out.text,
+            out.token_ids,
+            out.logprobs,
+            out.finish_reason,
+            out.finished,
+            fields,
+            prompt,
+            prompt_ids,
+        )
     )
-    return ro
 
 
 # vLLM's RequestOutput crosses the stage-process wire as a few plain fields: the client builds it
 # (no data-plane handle inside: the client does not look for any)
-for _type in (RequestOutput, LazyRequestOutput):
+for _type in (RequestOutput, WireRequestOutput):
     register_codec(
         PayloadCodec(
             __name__, _type, _pack_request_output, _unpack_request_output, holds_handles=False
@@ -236,9 +191,9 @@ __all__ = [
     "EngineCoreOutputs",
     "EngineCoreRequest",
     "EngineDeadError",
-    "LazyRequestOutput",
     "RequestOutput",
     "VLLMClientError",
+    "WireRequestOutput",
     "add_resumable",
     "batch_layout",
     "build_engine",

@@ -1,5 +1,6 @@
-"""vLLM's ``RequestOutput`` over the stage-process wire: the client's payload is built when first
-read, and then equals (attribute by attribute) what vLLM's own constructors build."""
+"""vLLM's ``RequestOutput`` over the stage-process wire: the client's payload holds the fields
+(``WireRequestOutput``); ``request_output()`` builds vLLM's object once, equal (attribute by
+attribute) to what vLLM's own constructors build."""
 
 from __future__ import annotations
 
@@ -80,34 +81,35 @@ def expected(i: int, first: bool, finished: bool) -> Any:
     )
 
 
-def test_the_lazy_payload_equals_the_one_vllms_constructors_build() -> None:
+def test_the_payload_builds_once_what_vllms_constructors_build() -> None:
     state: dict[str, Any] = {}
     sent = [worker_output(0, True, False), worker_output(1, False, False)]
     got = through_wire(sent, state)
     got += through_wire([worker_output(2, False, True)], state)
     assert state == {}  # the request's prompt, kept from its first output to its last
     for i, out in enumerate(got):
-        assert isinstance(out.payload, va.RequestOutput)
-        assert type(out.payload) is va.LazyRequestOutput
-        assert list(vars(out.payload)) == ["_omni_fields"]
+        assert type(out.payload) is va.WireRequestOutput
+        assert not out.payload.built  # nothing built until asked
         want = expected(i, i == 0, i == 2)
-        assert out.payload.request_id == "r"  # the first read builds every attribute
-        assert type(out.payload) is va.RequestOutput  # plain vLLM from then on
-        assert attributes(out.payload) == attributes(want)
-        assert out.payload.outputs[0] == want.outputs[0]
-    assert got[0].payload.prompt_logprobs[1][11].logprob == -1.25
+        ro = out.payload.request_output()
+        assert type(ro) is va.RequestOutput and out.payload.built
+        assert out.payload.request_output() is ro  # cached
+        assert attributes(ro) == attributes(want)
+        assert ro.outputs[0] == want.outputs[0]
+        assert out.payload.outputs is ro.outputs  # other attributes read from the built one
+    assert got[0].payload.request_output().prompt_logprobs[1][11].logprob == -1.25
 
 
-def test_a_lazy_payload_builds_for_repr_pickle_and_copy_as_a_plain_request_output() -> None:
+def test_a_payload_reprs_pickles_and_copies_with_its_fields() -> None:
     (out,) = through_wire([worker_output(0, True, True)], {})
     assert "hi there" in repr(out.payload)
     (out,) = through_wire([worker_output(0, True, True)], {})
     for clone in (pickle.loads(pickle.dumps(out.payload)), copy.copy(out.payload)):
-        assert type(clone) is va.RequestOutput
-        assert attributes(clone) == attributes(expected(0, True, True))
+        assert type(clone) is va.WireRequestOutput
+        assert attributes(clone.request_output()) == attributes(expected(0, True, True))
     (out,) = through_wire([worker_output(0, True, True)], {})
     assert materialize(out.payload, SharedMemoryDataPlane()) is out.payload
-    assert type(out.payload) is va.LazyRequestOutput  # looking for handles did not build it
+    assert not out.payload.built  # looking for handles did not build it
     with pytest.raises(AttributeError):
         _ = out.payload.no_such_attribute
 
@@ -124,45 +126,41 @@ def test_aborted_requests_prompt_state_is_dropped_and_a_payload_read_late_keeps_
     assert first.payload.prompt == "hi there"  # read after the state was dropped
 
 
-def test_a_lazy_payload_crosses_the_wire_again_from_its_client() -> None:
+def test_a_payload_crosses_the_wire_again_from_its_client() -> None:
     state: dict[str, Any] = {}
     (out,) = through_wire([worker_output(0, True, False)], state)
     (again,) = through_wire([out], {})
-    assert attributes(again.payload) == attributes(expected(0, True, False))
+    assert attributes(again.payload.request_output()) == attributes(expected(0, True, False))
 
 
-def test_an_attribute_set_before_the_first_read_stays_as_set() -> None:
+def test_a_change_to_the_built_object_is_what_every_reader_sees() -> None:
     (out,) = through_wire([worker_output(0, True, False)], {})
-    out.payload.finished = True
+    out.payload.request_output().finished = True
     assert out.payload.finished is True and out.payload.outputs[0].text == "t0"
-    assert out.payload.prompt == "hi there"
+    with pytest.raises(AttributeError):  # the holder itself takes no attributes
+        out.payload.prompt = "other"
 
 
 def test_the_client_looks_for_data_plane_handles_in_audio_not_in_request_outputs() -> None:
     from omni_core.media import AudioChunk
 
-    assert {va.RequestOutput, va.LazyRequestOutput} <= wire.HANDLE_FREE
+    assert {va.RequestOutput, va.WireRequestOutput} <= wire.HANDLE_FREE
     assert AudioChunk not in wire.HANDLE_FREE
 
 
-def test_a_write_or_delete_before_the_first_read_builds_first() -> None:
-    (out,) = through_wire([worker_output(0, True, False)], {})
-    del out.payload.metrics
-    assert type(out.payload) is va.RequestOutput and not hasattr(out.payload, "metrics")
-    assert out.payload.prompt == "hi there"
-
-
-def test_two_threads_reading_one_payload_both_see_it_whole(monkeypatch) -> None:
-    """A bridge (orchestrator thread) and a caller (its own thread) may read one payload at
-    once: the second reader waits for the first one's build, never sees a half-built object."""
+def test_two_threads_asking_at_once_get_one_object_built_once(monkeypatch) -> None:
+    """A bridge (orchestrator thread) and a caller (its own thread) may ask one payload at
+    once: the second waits on the lock for the first one's build, never builds a second one."""
     import threading
     import time
 
     (out,) = through_wire([worker_output(0, True, False)], {})
     entered, release = threading.Event(), threading.Event()
     real = va.CompletionOutput
+    builds: list[int] = []
 
     def slow_completion(*args: Any, **kwargs: Any) -> Any:  # the first build, held midway
+        builds.append(1)
         entered.set()
         assert release.wait(5)
         return real(*args, **kwargs)
@@ -171,7 +169,7 @@ def test_two_threads_reading_one_payload_both_see_it_whole(monkeypatch) -> None:
     seen: dict[str, Any] = {}
 
     def read(name: str) -> None:
-        seen[name] = (out.payload.prompt, out.payload.outputs[0].text)
+        seen[name] = out.payload.request_output()
 
     first = threading.Thread(target=read, args=("first",))
     first.start()
@@ -183,7 +181,8 @@ def test_two_threads_reading_one_payload_both_see_it_whole(monkeypatch) -> None:
     release.set()
     first.join(5)
     second.join(5)
-    assert seen == {"first": ("hi there", "t0"), "second": ("hi there", "t0")}
+    assert seen["first"] is seen["second"] and builds == [1]
+    assert seen["first"].prompt == "hi there" and seen["first"].outputs[0].text == "t0"
 
 
 def test_a_build_that_fails_raises_on_every_use_and_never_hangs(monkeypatch) -> None:
@@ -195,9 +194,9 @@ def test_a_build_that_fails_raises_on_every_use_and_never_hangs(monkeypatch) -> 
     monkeypatch.setattr(va, "CompletionOutput", broken)
     for _ in range(2):  # the fields are kept: the next use tries again instead of waiting
         with pytest.raises(RuntimeError, match="constructor"):
-            _ = out.payload.outputs
+            _ = out.payload.request_output()
     monkeypatch.undo()
-    assert out.payload.outputs[0].text == "t0" and type(out.payload) is va.RequestOutput
+    assert out.payload.request_output().outputs[0].text == "t0" and out.payload.built
 
 
 def test_a_request_ending_without_a_payload_drops_its_codec_state_in_the_client() -> None:
