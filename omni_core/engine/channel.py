@@ -3,6 +3,7 @@
 ``RequestInbox``: bounded, many producers (any thread or loop) → the orchestrator loop. A producer
 wakes the loop only when no wake-up is pending; the loop drains everything at each wake-up.
 ``RequestStream``: one request's outputs, delivered in batches into the caller's loop.
+Every crossing into a loop goes through :func:`omni_core.stage.inbox.hand_off`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections import deque
 from typing import Any
 
 from omni_core.errors import EngineDeadError
+from omni_core.stage.inbox import hand_off
 
 
 class RequestInbox:
@@ -43,7 +45,7 @@ class RequestInbox:
         if not self._wake_pending and self._loop is not None:
             self._wake_pending = True
             assert self._event is not None
-            self._loop.call_soon_threadsafe(self._event.set)
+            hand_off(self._loop, _set, self._event)
 
     def put_nowait(self, item: Any, force: bool = False) -> bool:
         """Enqueue if there is room (or ``force``); False when full. Raises if closed."""
@@ -103,12 +105,16 @@ class RequestInbox:
         waiters, self._async_waiters = self._async_waiters, []
         for loop, fut in waiters:
             try:
-                loop.call_soon_threadsafe(_resolve, fut)
+                hand_off(loop, _resolve, fut)
             except RuntimeError:
                 pass
 
     def __len__(self) -> int:
         return len(self._items)
+
+
+def _set(event: asyncio.Event) -> None:
+    event.set()
 
 
 def _resolve(fut: asyncio.Future[None]) -> None:
@@ -135,7 +141,7 @@ class RequestStream:
 
     def push_threadsafe(self, item: Any) -> None:
         try:
-            self.loop.call_soon_threadsafe(self.push, item)
+            hand_off(self.loop, self.push, item)
         except RuntimeError:
             pass
 

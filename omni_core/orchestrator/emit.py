@@ -1,5 +1,7 @@
 """Batches outputs per destination event loop: one thread hand-off per loop per flush.
 
+The hand-off is :func:`omni_core.stage.inbox.hand_off` (the caller loop's ``LoopInbox``).
+
 ``flush()`` hands everything emitted so far over now; ``flush_soon()`` does it once at the next
 turn of the orchestrator loop, so that the batches of several replicas routed in the same turn
 reach each caller loop in one hand-off (one wake-up of that loop, one syscall here).
@@ -9,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 from typing import Any
+
+from omni_core.stage.inbox import hand_off
 
 
 def _deliver(items: list[tuple[Any, Any]]) -> None:
@@ -47,6 +51,6 @@ class Emitter:
         pending, self._pending = self._pending, {}
         for loop, items in pending.values():
             try:
-                loop.call_soon_threadsafe(_deliver, items)
+                hand_off(loop, _deliver, items)
             except RuntimeError:  # the caller's loop is closed: nobody is listening
                 pass

@@ -1,5 +1,12 @@
 """``LoopInbox``: threads hand work to one event loop with one wake-up per loop turn, both ways.
 
+This module is omni-core's one thread → loop hand-off layer: every crossing into an event loop
+from another thread goes through a loop's inbox, either :meth:`LoopInbox.post` (a producer that
+waits for its turn: engine threads of in-process stage clients) or :func:`hand_off` (fire and
+forget: the emitter's batches into caller loops, the request inbox's wake-up of the orchestrator
+loop, a stream's thread-safe push, a full queue's waiters, a python stage's generator thread).
+Crossings into one loop are therefore delivered in the order they were made, whoever made them.
+
 For in-process stage clients whose engines run on threads of their own (one per replica, several
 stages in one process). Handing each batch over with ``loop.call_soon_threadsafe`` and waking the
 engine thread once it was taken costs the loop's thread a kernel wake-up per batch (a futex wake,
@@ -41,6 +48,14 @@ POLL_S = 1.0
 
 class InboxClosed(RuntimeError):
     """The inbox's event loop is closed (or gone): nothing posted now can be delivered."""
+
+
+def hand_off(loop: asyncio.AbstractEventLoop, deliver: Callable[[Any], None], item: Any) -> None:
+    """Run ``deliver(item)`` on ``loop``'s thread at its inbox's next drain (fire and forget).
+
+    Any thread (the loop's own too). Raises :class:`InboxClosed` (a ``RuntimeError``, as
+    ``call_soon_threadsafe`` raises) when the loop is closed."""
+    LoopInbox.of(loop).post(deliver, item)
 
 
 class Turn:

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from omni_core.outputs import ErrorInfo, StageOutput
 from omni_core.stage.client import StageContext, StageRequest
+from omni_core.stage.inbox import hand_off
 from omni_core.stage.local import LocalStageClient
 
 _END = object()
@@ -150,10 +151,10 @@ class PythonStageClient(LocalStageClient):
                 for item in gen:
                     if stop.is_set():
                         break
-                    loop.call_soon_threadsafe(queue.put_nowait, item)
-                loop.call_soon_threadsafe(queue.put_nowait, _END)
+                    hand_off(loop, queue.put_nowait, item)
+                hand_off(loop, queue.put_nowait, _END)
             except Exception as exc:
-                loop.call_soon_threadsafe(queue.put_nowait, exc)
+                hand_off(loop, queue.put_nowait, exc)
 
         worker = threading.Thread(target=pump, name=f"{self.label}-{rid}", daemon=True)
         worker.start()
