@@ -7,16 +7,21 @@ cannot drift from what ``import omni_core`` offers.
 
 from __future__ import annotations
 
+import logging
+import re
 from typing import Any
 
+log = logging.getLogger("mkdocs.hooks.public_names")  # mkdocs --strict fails on its warnings
 MARKER = "<!-- public names -->"
 
 
 def _table() -> str:
     import omni_core
+    import omni_core.plugin
     from omni_core.views import PUBLIC_MODULES
 
-    constants = {"ENTRY_POINT_GROUP", "PLUGIN_API_VERSION"}  # no __module__ of their own
+    # constants and pluggy's markers: no __module__ of their own (a marker's is pluggy's)
+    constants = set(omni_core.plugin.__all__)
     rows = ["| name | defined in |", "|---|---|"]
     for name in sorted(omni_core.__all__, key=str.lower):
         if name in omni_core._LAZY:
@@ -37,3 +42,21 @@ def on_page_markdown(markdown: str, page: Any, **kwargs: Any) -> str:
     if MARKER not in markdown:
         raise ValueError(f"docs/api/index.md lost its marker {MARKER!r}")
     return markdown.replace(MARKER, _table())
+
+
+# A reference autorefs could not resolve stays in the page as literal text (``[name][id]``) and
+# mkdocs says nothing, so ``--strict`` passed with broken links: fail the build on one.
+_UNRESOLVED = re.compile(r"\]\[([A-Za-z_][\w.]*)\]")
+
+
+def on_post_page(output: str, page: Any, **kwargs: Any) -> str:
+    for identifier in sorted(set(_UNRESOLVED.findall(_without_code_blocks(output)))):
+        log.warning("%s: unresolved cross-reference [%s]", page.file.src_uri, identifier)
+    return output
+
+
+def _without_code_blocks(html: str) -> str:
+    """The page's HTML minus code (``<pre>`` blocks, ``<code>`` contents): code showing
+    ``x[a][b]`` is not a link; a link's ``[<code>name</code>][id]`` keeps its ``][id]``."""
+    html = re.sub(r"<pre.*?</pre>", "", html, flags=re.S)
+    return re.sub(r"<code>.*?</code>", "<code></code>", html, flags=re.S)

@@ -102,6 +102,8 @@ class StageResources(BaseModel):
 
 
 class StageConfig(BaseModel):
+    """One stage of a pipeline file, as validated (its fields: docs/pipelines.md)."""
+
     model_config = ConfigDict(extra="forbid")
 
     id: int = Field(description="unique stage id; `inputs` refer to stages by id")

@@ -15,6 +15,12 @@ from omni_core.plugin.hooks import PluginHost
 def create_engine(
     pipeline: Any, *, settings: OmniSettings | None = None, plugins: PluginHost | None = None
 ) -> OmniEngineBase:
+    """Build and start the engine of the kind ``pipeline`` selects (``engine:``; default
+    ``turn``, an :class:`~omni_core.engine.sync_engine.OmniEngine`-compatible engine).
+
+    ``pipeline``: a pipeline file, a registered name, YAML text's ``PipelineConfig`` or a
+    resolved pipeline. Raises ConfigError for a bad pipeline, StartupError when it cannot start.
+    """
     settings = settings or OmniSettings()
     plugins = plugins or PluginHost.create(settings)
     resolved = resolve_pipeline(pipeline, plugins)
@@ -26,4 +32,6 @@ def create_engine(
 
 
 async def create_engine_async(pipeline: Any, **kwargs: Any) -> OmniEngineBase:
+    """:func:`create_engine` in a worker thread: the running event loop is not blocked while the
+    stages start."""
     return await asyncio.to_thread(create_engine, pipeline, **kwargs)

@@ -44,7 +44,18 @@ __all__ = ["OBSERVERS", "PluginHost"]
 
 
 class PluginHost:
-    """Calls hooks with types; caches registrations; reports conflicts naming both providers."""
+    """Calls hooks with types; caches registrations; reports conflicts naming both providers.
+
+    Query methods (what a plugin's tests read; registrations are collected on first use, then
+    cached): :meth:`stage_kinds` / :meth:`stage_kind_providers`, :meth:`bridges`,
+    :meth:`pipelines`, :meth:`models` / :meth:`model_providers`, :meth:`engine_kinds`,
+    :meth:`config_sections`, :meth:`cli_groups`, :meth:`server_routes`, :meth:`run_options`,
+    :meth:`benchmarks`, :meth:`registered` (any registration hook, with its providers),
+    :meth:`results_by_plugin` (any hook, a plugin's own included), :meth:`hooks_of` (a plugin's
+    hooks) and :meth:`pipeline_objects` (an engine host's per-pipeline objects).
+    ``pm.plugin_info[name]`` says where a plugin came from (distribution, version, module);
+    ``active`` (on an engine's host) which plugins take part in its pipeline, and why.
+    """
 
     def __init__(self, pm: OmniPluginManager, settings: OmniSettings | None = None) -> None:
         from omni_core.config.settings import OmniSettings
@@ -259,35 +270,43 @@ class PluginHost:
 
     # --- registrations --------------------------------------------------------------------------
     def stage_kinds(self) -> dict[str, StageKind]:
+        """Registered stage kinds by name (``omni_register_stage_kinds``, every plugin)."""
         return {
             k: v for k, (_, v) in self._registered("omni_register_stage_kinds", StageKind).items()
         }
 
     def stage_kind_providers(self) -> dict[str, str]:
+        """Stage kind name -> the plugin that registered it."""
         return {
             k: p for k, (p, _) in self._registered("omni_register_stage_kinds", StageKind).items()
         }
 
     def bridges(self) -> dict[str, Bridge]:
+        """Registered bridges by name (``omni_register_bridges``)."""
         return {k: v for k, (_, v) in self._registered("omni_register_bridges", Bridge).items()}
 
     def pipelines(self) -> dict[str, PipelineSpec]:
+        """Registered named pipelines (``omni run NAME``) by name."""
         return {
             k: v for k, (_, v) in self._registered("omni_register_pipelines", PipelineSpec).items()
         }
 
     def models(self) -> dict[str, ModelSpec]:
+        """Registered local models (``omni models build NAME``) by name."""
         return {k: v for k, (_, v) in self._registered("omni_register_models", ModelSpec).items()}
 
     def model_providers(self) -> dict[str, str]:
+        """Model name -> the plugin that registered it."""
         return {k: p for k, (p, _) in self._registered("omni_register_models", ModelSpec).items()}
 
     def engine_kinds(self) -> dict[str, EngineKind]:
+        """Registered engine kinds (a pipeline's ``engine:``) by name."""
         return {
             k: v for k, (_, v) in self._registered("omni_register_engine_kinds", EngineKind).items()
         }
 
     def config_sections(self) -> dict[str, ConfigSection]:
+        """Registered top-level pipeline sections by key."""
         return {
             k: v
             for k, (_, v) in self._registered(
@@ -296,11 +315,13 @@ class PluginHost:
         }
 
     def cli_groups(self) -> list[tuple[str, CliGroup]]:
+        """``(plugin, group)`` of every CLI group mounted as ``omni NAME``."""
         return [
             (p, g) for _, (p, g) in self._registered("omni_register_cli_groups", CliGroup).items()
         ]
 
     def server_routes(self) -> list[ServerRoute]:
+        """Routes ``omni serve`` mounts."""
         return [
             r for _, (_, r) in self._registered("omni_register_server_routes", ServerRoute).items()
         ]
@@ -310,11 +331,14 @@ class PluginHost:
         return self._registered("omni_register_run_options", RunOption)
 
     def benchmarks(self) -> dict[str, Benchmark]:
+        """Registered benchmarks (``omni bench NAME``) by name."""
         return {
             k: v for k, (_, v) in self._registered("omni_register_benchmarks", Benchmark).items()
         }
 
     def hooks_of(self, plugin_name: str) -> list[str]:
+        """The hooks plugin ``plugin_name`` implements, sorted ([] for an unknown name); a
+        per-pipeline object's hooks are not the module's."""
         plugin = self.pm.get_plugin(plugin_name)
         if plugin is None:
             return []
@@ -355,6 +379,7 @@ class PluginHost:
         output: StageOutput,
         port: OrchestratorPort,
     ) -> bool:
+        """``omni_intercept_stage_output``: True when a plugin consumed the output."""
         return bool(
             self._hook("omni_intercept_stage_output")(
                 run_id=request_id,
@@ -380,18 +405,21 @@ class PluginHost:
         )
 
     def expand_abort(self, request_ids: list[str], port: OrchestratorPort) -> list[str]:
+        """``omni_expand_abort``: the extra ids to abort, every impl's merged."""
         extra: list[str] = []
         for ids in self._hook("omni_expand_abort")(request_ids=request_ids, port=port):
             extra.extend(ids or ())
         return extra
 
     def background_tasks(self, port: OrchestratorPort) -> list[Callable[[], Awaitable[None]]]:
+        """``omni_background_tasks``: every impl's coroutine factories."""
         tasks: list[Callable[[], Awaitable[None]]] = []
         for factories in self._hook("omni_background_tasks")(port=port):
             tasks.extend(factories or ())
         return tasks
 
     def shutdown_extensions(self, port: OrchestratorPort) -> list[Callable[[], Awaitable[None]]]:
+        """``omni_shutdown``: every impl's factory (None left out)."""
         shutdown = self._hook("omni_shutdown")
         return [f for f in shutdown(port=port) if f is not None]
 
@@ -401,6 +429,7 @@ class PluginHost:
     def request_admitted(
         self, request_id: str, request: RequestView, port: OrchestratorPort
     ) -> None:
+        """``omni_request_admitted`` (observer; no call at all when no plugin implements it)."""
         if self._on_admitted is not None:
             self._on_admitted(run_id=request_id, request_id=request_id, request=request, port=port)
 
@@ -412,6 +441,7 @@ class PluginHost:
         replica: int,
         port: OrchestratorPort,
     ) -> None:
+        """``omni_stage_submitted`` (observer; no call at all when no plugin implements it)."""
         if self._on_submitted is not None:
             self._on_submitted(
                 run_id=request_id,
@@ -430,6 +460,7 @@ class PluginHost:
         output: StageOutput,
         port: OrchestratorPort,
     ) -> None:
+        """``omni_stage_output`` (observer; no call at all when no plugin implements it)."""
         if self._on_output is not None:
             self._on_output(
                 run_id=request_id,
@@ -448,6 +479,7 @@ class PluginHost:
         error: ErrorInfo | None,
         port: OrchestratorPort,
     ) -> None:
+        """``omni_request_terminal`` (observer; no call at all when no plugin implements it)."""
         if self._on_terminal is not None:
             self._on_terminal(
                 run_id=request_id,
