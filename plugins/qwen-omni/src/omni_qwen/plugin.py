@@ -123,4 +123,5 @@ def omni_admit_request(request_id: str, prompt: Any, pipeline: Any, params: Any,
     the pipelines omni-qwen takes part in (its bridge or ``requires_plugins: [qwen]``)."""
     from omni_qwen.voices import check_voices
 
-    check_voices(pipeline, params)
+    # Plugin API 3 passes the PipelineView (its stage configs under .config), API 2 the config
+    check_voices(getattr(pipeline, "config", pipeline), params)

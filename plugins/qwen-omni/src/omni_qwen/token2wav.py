@@ -48,7 +48,6 @@ import json
 import logging
 import secrets
 import time
-from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,6 +56,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from omni_core.errors import ConfigError, OmniError, RequestError
 from omni_core.kinds.torch_kind import StageOutput, TorchStageEngine, error_output
+from omni_qwen.stream_wav import ChunkSynth, StreamDecoder, StreamOptions
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +82,10 @@ class Token2WavOptions(BaseModel):
         default=None, description="codes that end the utterance; None: the talker's pad and end"
     )
     voice: str = Field(default=DEFAULT_VOICE, description="speaker when a request names none")
+    stream: StreamOptions = Field(
+        default_factory=StreamOptions,
+        description="chunked decoding of requests with extra.audio_stream (omni_qwen.stream_wav)",
+    )
 
 
 @dataclass
@@ -91,6 +95,13 @@ class _Utterance:
     codes: list[int] = field(default_factory=list)
     final: bool = False
     stopped: bool = False  # a stop code arrived: later codes are dropped
+    decoder: StreamDecoder | None = None  # streamed decoding (extra.audio_stream)
+    voiced: int = 0  # codes reported in earlier chunk outputs
+
+    def ready(self) -> bool:
+        if self.decoder is None:
+            return self.final
+        return self.decoder.ready(self.codes, self.final)
 
 
 class Token2WavEngine(TorchStageEngine):
@@ -135,8 +146,8 @@ class Token2WavEngine(TorchStageEngine):
             ]
         self.stop_codes = frozenset(stops)
         self.plane = default_plane()
-        self.requests: dict[str, _Utterance] = {}
-        self.ready: deque[str] = deque()
+        self.chunker = ChunkSynth(self.model, self.options, self.options.stream)
+        self.requests: dict[str, _Utterance] = {}  # in stepping order (round robin)
         logger.info(
             "token2wav loaded from %s in %.2f s (voices %s)",
             config["model"],
@@ -161,37 +172,47 @@ class Token2WavEngine(TorchStageEngine):
         if seed is None:
             seed = secrets.randbits(63)
             logger.debug("request %s: token2wav seed %d", rid, seed)
+        streamed = params.extra.get("audio_stream", False)
+        if not isinstance(streamed, bool):
+            raise RequestError(
+                f"token2wav: sampling_params.extra.audio_stream must be true or false, "
+                f"not {streamed!r}",
+                param="audio_stream",
+            )
         state = _Utterance(seed=seed, speaker=self.speakers[voice])
+        if streamed:
+            state.decoder = StreamDecoder(self.chunker, seed, state.speaker)
         self._extend(rid, state, request.prompt)
         state.final = not request.streaming_input
         self.requests[rid] = state
-        if state.final:
-            self.ready.append(rid)
 
     def add_input(self, request_id: str, prompt: Any, final: bool) -> None:
         state = self.requests.get(request_id)
         if state is None or state.final:
             return  # aborted, or already complete
         self._extend(request_id, state, prompt)
-        if final:
-            state.final = True
-            self.ready.append(request_id)
+        state.final = final
 
     def abort(self, request_ids: list[str]) -> None:
         for rid in request_ids:
             self.requests.pop(rid, None)
 
     def has_work(self) -> bool:
-        while self.ready and self.ready[0] not in self.requests:
-            self.ready.popleft()  # aborted while waiting
-        return bool(self.ready)
+        return any(state.ready() for state in self.requests.values())
 
     def step(self) -> list[StageOutput]:
-        if not self.has_work():
+        """One whole utterance, or one chunk of a streamed one: the first ready request in
+        round-robin order (a streamed one goes to the back after its chunk)."""
+        rid = next((r for r, state in self.requests.items() if state.ready()), None)
+        if rid is None:
             return []
-        rid = self.ready.popleft()
         state = self.requests.pop(rid)
         try:
+            if state.decoder is not None:
+                out = self._chunk(rid, state)
+                if not out.finished:
+                    self.requests[rid] = state
+                return [out]
             return [self._finish(rid, state)]
         except Exception as exc:  # this request's own failure: it ends, the others go on
             logger.warning("request %s failed in token2wav", rid, exc_info=True)
@@ -241,6 +262,32 @@ class Token2WavEngine(TorchStageEngine):
             token_ids=state.codes,
             finished=True,
             finish_reason="stop",
+            payload=AudioChunk(self.plane.put(wave), SAMPLE_RATE),
+        )
+
+    def _chunk(self, rid: str, state: _Utterance) -> StageOutput:
+        """The next chunk of a streamed utterance (its waveform; ``token_ids``: the codes whose
+        decoding it completed)."""
+        from omni_core.media import AudioChunk
+
+        assert state.decoder is not None
+        started = time.perf_counter()
+        with self.torch.inference_mode():
+            wave, done = state.decoder.step(state.codes, state.final)
+        upto = state.decoder.state.next_code
+        codes, state.voiced = state.codes[state.voiced : upto], upto
+        logger.debug(
+            "request %s: chunk to code %d → %d samples in %.3f s",
+            rid,
+            upto,
+            len(wave),
+            time.perf_counter() - started,
+        )
+        return StageOutput(
+            request_id=rid,
+            token_ids=codes,
+            finished=done,
+            finish_reason="stop" if done else None,
             payload=AudioChunk(self.plane.put(wave), SAMPLE_RATE),
         )
 

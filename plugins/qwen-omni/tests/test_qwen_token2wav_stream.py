@@ -1,0 +1,151 @@
+"""Streaming token2wav (``omni_qwen.stream_wav``): chunked decoding against the whole utterance.
+
+Bounds (from the measurement in docs/models.md, ``python -m omni_qwen.fidelity``): BigVGAN chunked
+with its receptive-field padding equals the whole vocoder within 1e-5 relative L2 (measured ~3e-7:
+float rounding of differently shaped convolutions); without padding the seams are ~1e-2 off. The
+streamed waveform at the default context (24 frames left and right) is within 1e-4 relative L2 of
+the whole utterance's on a DiT whose attention carries information across blocks (``couple``:
+measured ~1e-6, 100x headroom for thread/BLAS rounding), and the error falls as the context grows
+(0 → 12 → 24 frames: ~4e-3 → ~1e-3 → ~4e-6 on the mel).
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from omni_qwen.fidelity import codes_of, couple, measure, streamed, whole
+from omni_qwen.stream_wav import ChunkSynth, StreamOptions
+from omni_qwen.token2wav import Token2WavEngine, build
+
+from omni_core.errors import ConfigError, RequestError
+from omni_core.sampling import SamplingParams
+from omni_core.stage.client import StageRequest
+
+
+def rel(a: Any, b: Any) -> float:
+    return float(np.linalg.norm(np.asarray(a) - np.asarray(b)) / np.linalg.norm(np.asarray(b)))
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_qwen: Path) -> Iterator[Token2WavEngine]:
+    import torch
+
+    threads = torch.get_num_threads()
+    yield build({"model": str(tiny_qwen), "threads": 1, "options": {}})
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def coupled(engine: Token2WavEngine) -> Any:
+    model = copy.deepcopy(engine.model)
+    couple(model, 0.3)
+    return model
+
+
+def speaker(engine: Token2WavEngine) -> dict[str, Any]:
+    return engine.speakers["Chelsie"]
+
+
+def test_bigvgan_chunked_with_padding_equals_the_whole_vocoder(engine):
+    codes = codes_of(60)
+    ref, mel = whole(engine.model, codes, speaker(engine), 7, engine.options)
+    synth = engine.chunker
+    assert synth.pad >= 20  # the tiny BigVGAN's receptive field: ~25 mel frames per side
+    cuts = [0, 17, 40, 41, 77, 120]
+    pieces = [synth.wave(mel, a, b) for a, b in itertools.pairwise(cuts)]
+    assert rel(np.concatenate(pieces), ref) <= 1e-5
+    unpadded = copy.copy(synth)
+    unpadded.pad = 0
+    cut = [unpadded.wave(mel, a, b) for a, b in itertools.pairwise(cuts)]
+    assert rel(np.concatenate(cut), ref) > 1e-3  # what the padding is for
+
+
+def test_full_context_streaming_equals_the_whole_utterance(engine):
+    codes = codes_of(50)
+    ref, _ = whole(engine.model, codes, speaker(engine), 3, engine.options)
+    opts = StreamOptions(chunk_frames=12, left_context=60, right_context=60, crossfade=0)
+    wave, _, sizes = streamed(
+        ChunkSynth(engine.model, engine.options, opts), codes, speaker(engine), 3
+    )
+    assert len(sizes) == 5 and wave.shape == ref.shape
+    assert rel(wave, ref) <= 1e-5
+
+
+def test_error_falls_with_context_and_the_default_is_within_bound(engine, coupled):
+    rows = measure(
+        coupled,
+        engine.options,
+        speaker(engine),
+        settings=((0, 0), (12, 12), (24, 24)),
+        lengths=(60,),
+    )
+    mel = [r.mel_rel for r in rows]
+    wave = [r.wave_rel for r in rows]
+    assert mel[0] > mel[1] > mel[2] and wave[0] > wave[1] > wave[2]
+    assert mel[0] > 1e-3  # no context: a real approximation on this DiT
+    default = StreamOptions()
+    assert (default.left_context, default.right_context) == (24, 24)
+    assert wave[2] <= 1e-4 and mel[2] <= 1e-4
+    # and the tiny checkpoint itself at the default setting
+    (tiny,) = measure(
+        engine.model, engine.options, speaker(engine), settings=((24, 24),), lengths=(60,)
+    )
+    assert tiny.wave_rel <= 1e-4
+
+
+def request(rid: str, prompt: Any, streaming: bool = True, **extra: Any) -> StageRequest:
+    return StageRequest(
+        request_id=rid,
+        prompt=prompt,
+        params=SamplingParams(seed=5, extra={"audio_stream": True, **extra}),
+        streaming_input=streaming,
+    )
+
+
+def test_first_chunk_after_chunk_plus_right_context_codes(engine):
+    codes = codes_of(100)
+    opts = StreamOptions()
+    first = opts.chunk_frames + opts.right_context
+    engine.add(request("s", codes[:1]))
+    head: list[Any] = []
+    for i in range(1, first + opts.chunk_frames):  # up to the second chunk's codes
+        assert engine.has_work() == (i >= first and not head), i  # nothing before `first` codes
+        if engine.has_work():
+            head.extend(engine.step())
+        engine.add_input("s", codes[i : i + 1], final=False)
+    assert len(head) == 1 and engine.has_work()  # the second chunk is ready
+    # the first chunk went out while the talker was still speaking
+    (out,) = head
+    assert not out.finished and out.token_ids == codes[: opts.chunk_frames]
+    samples = engine.plane.take(out.payload.samples)
+    assert len(samples) == (2 * opts.chunk_frames - engine.chunker.pad) * 240
+    engine.add_input("s", codes[first + opts.chunk_frames :], final=True)
+    rest = []
+    while engine.has_work():
+        rest.extend(engine.step())
+    assert rest[-1].finished and rest[-1].finish_reason == "stop"
+    assert sum(len(o.token_ids) for o in rest) == len(codes) - opts.chunk_frames
+    waves = [engine.plane.take(o.payload.samples) for o in rest]
+    total = len(samples) + sum(len(w) for w in waves)
+    assert total == len(codes) * 480 and "s" not in engine.requests
+
+
+def test_audio_stream_must_be_a_bool(engine):
+    with pytest.raises(RequestError, match=r"extra\.audio_stream must be true or false"):
+        engine.add(request("b", [1, 2], audio_stream="yes"))
+    assert "b" not in engine.requests
+
+
+def test_stream_options_are_checked(tiny_qwen):
+    with pytest.raises(ConfigError, match=r"stream\.chunk_frames: 20 is not a multiple .*12"):
+        build({"model": str(tiny_qwen), "options": {"stream": {"chunk_frames": 20}}})
+    with pytest.raises(ConfigError, match=r"options\.stream.*crossfade \(8\) must not exceed"):
+        build(
+            {"model": str(tiny_qwen), "options": {"stream": {"right_context": 4, "crossfade": 8}}}
+        )
