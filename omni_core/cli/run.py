@@ -160,7 +160,9 @@ def register(app: typer.Typer, state: CliState) -> None:
             check_voice(voice, config)
             extra = image_extra(config, steps, size)
             # a missing extra is named before any stage starts
-            require_pipeline_extras(config, runtime and f"omni run --runtime {runtime}")
+            require_pipeline_extras(
+                config, state.host.stage_kinds(), runtime and f"omni run --runtime {runtime}"
+            )
             resolved = resolve_pipeline(config, state.host)
             options = run_options.pipeline_options(state.host, resolved, own_flags(ctx))
             run_options.parse_args(list(ctx.args), options, config.name, extra)

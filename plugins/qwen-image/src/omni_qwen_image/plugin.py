@@ -67,6 +67,7 @@ def omni_register_stage_kinds() -> Iterable[StageKind]:
             "Qwen-Image's MMDiT + scheduler + VAE (diffusers) on prompt embeddings, one "
             "denoising step per engine step, true CFG from weighted conditionings",
             output_mode="whole",
+            accepts=("conditionings",),  # what omni-cfg guides (it asks this, not the name)
         )
     ]
 
