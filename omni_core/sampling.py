@@ -119,3 +119,30 @@ def _problem(where: str, data: Any, message: str) -> tuple[str, str | None]:
         value = repr(data[name])
         line += f" (value: {value if len(value) <= 80 else value[:77] + '...'})"
     return line, name or None
+
+
+# vLLM's sampling extras, as its OpenAI server (0.32) accepts them on chat and completion
+# requests: the one mapping from a request's field to the field of vLLM's ``SamplingParams`` it
+# sets. ``omni serve`` passes the fields a request sets to a vllm first stage as
+# ``extra["vllm"]`` (their types and vLLM's own request checks are in
+# :mod:`omni_core.serve.protocol`; vLLM's ``SamplingParams`` checks the values, as on vLLM's
+# server); a first stage of another kind refuses them (a 400 naming the field and the kind).
+VLLM_SAMPLING_EXTRAS: dict[str, str] = {
+    "min_tokens": "min_tokens",
+    "ignore_eos": "ignore_eos",
+    "stop_token_ids": "stop_token_ids",
+    "include_stop_str_in_output": "include_stop_str_in_output",
+    "skip_special_tokens": "skip_special_tokens",
+    "spaces_between_special_tokens": "spaces_between_special_tokens",
+    "prompt_logprobs": "prompt_logprobs",
+    "logprob_token_ids": "logprob_token_ids",
+    "allowed_token_ids": "allowed_token_ids",
+    "bad_words": "bad_words",
+    "logit_bias": "logit_bias",
+    "watermarking": "watermarking",
+    "stream_interval": "stream_interval",
+    "thinking_token_budget": "thinking_token_budget",
+    "repetition_detection": "repetition_detection",
+    "structured_outputs": "structured_outputs",
+    "vllm_xargs": "extra_args",
+}

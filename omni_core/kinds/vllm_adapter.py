@@ -266,12 +266,39 @@ def sampling_params(params: Any, final_only: bool = False) -> VllmSamplingParams
     if not isinstance(extra, dict):
         raise ValueError(f"extra['vllm'] must be a mapping of vLLM sampling fields, not {extra!r}")
     kwargs.update(extra)
+    _vllm_objects(kwargs)
     kwargs["output_kind"] = RequestOutputKind.FINAL_ONLY if final_only else RequestOutputKind.DELTA
     _check_integers(kwargs)
     try:
         return VllmSamplingParams(**kwargs)
     except TypeError as exc:  # an unknown field or a value of the wrong type
         raise ValueError(f"sampling params for vLLM: {exc}") from None
+
+
+def _vllm_objects(kwargs: dict[str, Any]) -> None:
+    """JSON values of ``extra["vllm"]`` as the objects vLLM's ``SamplingParams`` takes: the
+    structured-output and repetition-detection params, and a logit bias keyed by token id as
+    string (OpenAI's form; vLLM's server converts it so, clamping each bias to [-100, 100])."""
+    from vllm.sampling_params import RepetitionDetectionParams, StructuredOutputsParams
+
+    for name, cls in (
+        ("structured_outputs", StructuredOutputsParams),
+        ("repetition_detection", RepetitionDetectionParams),
+    ):
+        if isinstance(kwargs.get(name), dict):
+            try:
+                kwargs[name] = cls(**kwargs[name])
+            except TypeError as exc:
+                raise ValueError(f"{name}: {exc}") from None
+    bias = kwargs.get("logit_bias")
+    if isinstance(bias, dict):
+        try:
+            kwargs["logit_bias"] = {int(t): min(100.0, max(-100.0, b)) for t, b in bias.items()}
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"logit_bias contains key(s) that cannot be converted to integer token ids: "
+                f"{list(bias)}"
+            ) from None
 
 
 def _check_integers(kwargs: dict[str, Any]) -> None:

@@ -37,7 +37,13 @@ from omni_core.serve.protocol import (
     decode_json,
     parse_body,
 )
-from omni_core.serve.responses import AudioReply, chat_response, completion_response, gather
+from omni_core.serve.responses import (
+    AudioReply,
+    Extras,
+    chat_response,
+    completion_response,
+    gather,
+)
 from omni_core.serve.runs import Admission, ClientGone, Run
 
 logger = logging.getLogger(__name__)
@@ -65,6 +71,36 @@ def check_prompt_chars(chars: int, limit: int, param: str) -> None:
             param=param,
             code="prompt_too_long",
         )
+
+
+def max_model_len(stage: Any) -> int | None:
+    """The first stage's context length (a vllm stage's ``max_model_len``), for /v1/models."""
+    if stage.config.kind != "vllm":
+        return None
+    from omni_core.kinds.vllm_kind import VllmArgs
+
+    value = stage.config.engine_args.get("max_model_len")
+    return int(value) if value is not None else VllmArgs.model_fields["max_model_len"].default
+
+
+def request_id_of(request: Request, body: Any) -> str | None:
+    """The caller's name for the request, as vLLM's server takes it: the ``X-Request-Id`` header,
+    else the body's ``request_id``; the response's id is ``chatcmpl-``/``cmpl-`` and it."""
+    return request.headers.get("x-request-id") or body.request_id
+
+
+def with_request_id(response: Response, request: Request) -> Response:
+    """The caller's ``X-Request-Id`` echoed on the response (vLLM's request-id headers)."""
+    rid = request.headers.get("x-request-id")
+    if rid is not None:
+        response.headers["X-Request-Id"] = rid
+    return response
+
+
+def extras_of(body: Any) -> Extras:
+    return Extras(
+        token_ids=bool(body.return_token_ids), prompt_logprobs=body.prompt_logprobs is not None
+    )
 
 
 def create_app(
@@ -157,6 +193,25 @@ def create_app(
         engine.stage_params(params)  # RequestError (a 400) before anything starts
         return params
 
+    def with_vllm_extras(body: Any, overrides: dict[str, Any]) -> dict[str, Any]:
+        """The request's vLLM sampling extras in the first stage's ``extra["vllm"]`` (over its
+        pipeline defaults there); a first stage of another kind cannot honour them: a 400."""
+        extras = body.vllm_extras()
+        if not extras:
+            return overrides
+        kind = first_stage.config.kind
+        if kind != "vllm":
+            name = body.vllm_extra_names()[0]
+            raise ApiError(
+                400,
+                f"'{name}' is a vLLM sampling field; the first stage '{first_stage.name}' of "
+                f"model '{model_id}' is of kind '{kind}', which does not take it",
+                param=name,
+            )
+        extra = dict(first_stage.config.sampling_params.get("extra") or {})
+        vllm = {**extra.get("vllm", {}), **overrides.get("extra", {}).get("vllm", {}), **extras}
+        return {**overrides, "extra": {**extra, "vllm": vllm}}
+
     def check_modalities(modalities: list[str]) -> None:
         """Every modality asked for is some final stage's output type, else a 400 saying why."""
         missing = [m for m in modalities if m not in offered]
@@ -178,12 +233,34 @@ def create_app(
         raw = await request.body()
         return await off_loop(lambda: parse_body(model, decode_json(raw, settings.max_json_depth)))
 
+    started = int(time.time())
+    card = {
+        "id": model_id,
+        "object": "model",
+        "created": started,
+        "owned_by": "omni-core",
+        "root": str(first_stage.config.engine_args.get("model") or model_id),
+        "parent": None,
+        "max_model_len": max_model_len(first_stage),
+    }
+
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
-        return {
-            "object": "list",
-            "data": [{"id": model_id, "object": "model", "owned_by": "omni-core", "created": 0}],
+        permission = {
+            "id": f"modelperm-{secrets.token_hex(16)}",
+            "object": "model_permission",
+            "created": started,
+            "allow_create_engine": False,
+            "allow_sampling": True,
+            "allow_logprobs": True,
+            "allow_search_indices": False,
+            "allow_view": True,
+            "allow_fine_tuning": False,
+            "organization": "*",
+            "group": None,
+            "is_blocking": False,
         }
+        return {"object": "list", "data": [{**card, "permission": [permission]}]}
 
     @app.get("/health")
     async def health(request: Request) -> JSONResponse:
@@ -206,12 +283,14 @@ def create_app(
         check_modalities(modalities)
         check_prompt_chars(prompt_chars(body.messages), settings.max_prompt_chars, "messages")
         rendered = await off_loop(renderer.render_chat, body.messages, body.chat_options())
-        params = stage_params(body.overrides(), body.request_extra())
+        params = stage_params(with_vllm_extras(body, body.overrides()), body.request_extra())
         top = body.num_logprobs()
         reply = AudioReply.of(modalities, body.audio.format if body.audio else "wav")
         # audio alone still runs the text stage: its text is the audio's transcript
         wanted = [*modalities, "text"] if reply.audio and "text" in offered else modalities
         run = Run(request, engine, admission, rendered, params, list(dict.fromkeys(wanted)), drain)
+        rid = request_id_of(request, body)
+        extras = extras_of(body)
         if body.stream:
             first = await run.start()
             chunks = streams.chat_chunks(
@@ -223,10 +302,13 @@ def create_app(
                 usage_prompt=(rendered.num_tokens or 0) if body.include_usage else None,
                 on_done=metrics.count_usage,
                 reply=reply,
+                request_id=rid,
+                continuous_usage=body.continuous_usage,
+                extras=extras,
             )
-            return run.stream(chunks)
+            return with_request_id(run.stream(chunks), request)
         outputs = await run.collect()
-        choices = gather(outputs, body.n)
+        choices = gather(outputs, body.n, prompt=extras.token_ids or extras.prompt_logprobs)
         response = await off_loop(
             lambda: chat_response(
                 choices,
@@ -235,10 +317,12 @@ def create_app(
                 reply=reply,
                 top_logprobs=top,
                 decode=renderer.decode,
+                extras=extras,
+                request_id=rid,
             )
         )
         metrics.count_usage(response["usage"])
-        return response
+        return with_request_id(JSONResponse(response), request)
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Any:
@@ -261,8 +345,10 @@ def create_app(
                 extra = dict(first_stage.config.sampling_params.get("extra") or {})
                 vllm = {**extra.get("vllm", {}), "prompt_logprobs": body.logprobs}
                 overrides["extra"] = {**extra, "vllm": vllm}
-        params = stage_params(overrides)
+        params = stage_params(with_vllm_extras(body, overrides))
         run = Run(request, engine, admission, rendered, params, ["text"], drain)
+        rid = request_id_of(request, body)
+        extras = extras_of(body)
         if body.stream:
             first = await run.start()
             if echo is not None:  # a stage without prompt logprobs: a 400, not a broken stream
@@ -281,23 +367,28 @@ def create_app(
                 usage_prompt=(rendered.num_tokens or 0) if body.include_usage else None,
                 stage_name=first_stage.name,
                 on_done=metrics.count_usage,
+                request_id=rid,
+                continuous_usage=body.continuous_usage,
+                extras=extras,
             )
-            return run.stream(chunks)
+            return with_request_id(run.stream(chunks), request)
         outputs = await run.collect()
         echoed = None
         if echo is not None:
             steps = streams.prompt_logprobs(outputs, len(echo[1]), body.logprobs, first_stage.name)
             echoed = (*echo, steps)
         response = completion_response(
-            gather(outputs, body.n),
+            gather(outputs, body.n, prompt=extras.token_ids or extras.prompt_logprobs),
             model=model_id,
             prompt_tokens=rendered.num_tokens or 0,
             echo=echoed,
             logprobs=body.logprobs,
             decode=renderer.decode,
+            extras=extras,
+            request_id=rid,
         )
         metrics.count_usage(response["usage"])
-        return response
+        return with_request_id(JSONResponse(response), request)
 
     @app.post("/v1/images/generations")
     async def images(request: Request) -> Any:

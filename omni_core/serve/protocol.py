@@ -20,6 +20,7 @@ from pydantic import (
 )
 
 from omni_core.chat import ChatMessage, ChatOptions
+from omni_core.sampling import VLLM_SAMPLING_EXTRAS
 from omni_core.serve.errors import ApiError
 
 # Fields OpenAI defines that change what a response means and that omni-core does not implement:
@@ -30,12 +31,19 @@ UNSUPPORTED = {
     "functions": "function calling",
     "function_call": "function calling",
     "parallel_tool_calls": "tool calling",
-    "logit_bias": "logit_bias",
     "prediction": "predicted outputs",
     "reasoning_effort": "reasoning models",
     "web_search_options": "web search",
     "suffix": "suffix (insertion)",
     "best_of": "best_of",
+    "truncate_prompt_tokens": "prompt truncation (vLLM's truncate_prompt_tokens)",
+    "truncation_side": "prompt truncation (vLLM's truncate_prompt_tokens)",
+    "cache_salt": "prefix-cache salting (vLLM's cache_salt)",
+    **{
+        f"guided_{name}": "vLLM's guided_* fields (removed in vLLM; use 'structured_outputs' or "
+        "'response_format')"
+        for name in ("json", "regex", "choice", "grammar", "decoding_backend", "whitespace_pattern")
+    },
 }
 # Fields OpenAI clients may send that do not change the result: accepted and ignored.
 IGNORED = ("user", "metadata", "store", "service_tier")
@@ -59,6 +67,36 @@ class _Body(BaseModel):
 class StreamOptions(_Body):
     include_usage: bool = False
     continuous_usage_stats: bool = False
+
+
+class JsonSchemaFormat(BaseModel):
+    """OpenAI's ``response_format.json_schema`` (``schema`` in the body)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    name: str
+    description: str | None = None
+    json_schema: dict[str, Any] | None = Field(default=None, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(BaseModel):
+    """OpenAI's ``response_format``: text, or JSON (any object, or one schema) through the vllm
+    stage's structured-output backend."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+    @model_validator(mode="after")
+    def _schema_given(self) -> ResponseFormat:
+        if self.type == "json_schema" and self.json_schema is None:
+            raise ApiError(
+                400,
+                "When response_format type is 'json_schema', the 'json_schema' field must be "
+                "provided.",
+                param="response_format",
+            )
+        return self
 
 
 class AudioOptions(_Body):
@@ -90,6 +128,32 @@ class _Sampling(_Body):
     stop: str | list[str] | None = None
     seed: int | None = None
     n: int = Field(default=1, ge=1)
+    # vLLM's sampling extras (types as vLLM's server declares them; VLLM_SAMPLING_EXTRAS maps
+    # them onto vLLM's SamplingParams, which checks their values)
+    min_tokens: int | None = None
+    ignore_eos: bool | None = None
+    stop_token_ids: list[int] | None = None
+    include_stop_str_in_output: bool | None = None
+    skip_special_tokens: bool | None = None
+    spaces_between_special_tokens: bool | None = None
+    prompt_logprobs: int | None = None
+    logprob_token_ids: list[int] | None = None
+    allowed_token_ids: list[int] | None = None
+    bad_words: list[str] | None = None
+    logit_bias: dict[str, float] | None = None
+    watermarking: bool | None = None
+    stream_interval: int | None = Field(default=None, ge=1)
+    thinking_token_budget: int | None = None
+    repetition_detection: dict[str, Any] | None = None
+    structured_outputs: dict[str, Any] | None = None
+    vllm_xargs: dict[str, str | int | float | list[str | int | float]] | None = None
+    response_format: ResponseFormat | None = None
+    # vLLM's request extras that are no sampling fields
+    return_token_ids: bool | None = None
+    request_id: str | None = Field(default=None, min_length=1)
+    priority: int = 0
+    use_beam_search: bool = False
+    length_penalty: float = 1.0
 
     _SAMPLING: ClassVar[tuple[str, ...]] = (
         "temperature",
@@ -115,9 +179,41 @@ class _Sampling(_Body):
         if self.stop is not None:
             out["stop"] = [self.stop] if isinstance(self.stop, str) else list(self.stop)
         logprobs = self.num_logprobs()
-        if logprobs is not None:
+        if logprobs is not None and not self.logprob_token_ids:  # vLLM: those ids, not top-k
             out["logprobs"] = logprobs
         return out
+
+    def vllm_extras(self) -> dict[str, Any]:
+        """The vLLM sampling extras this request set, as vLLM ``SamplingParams`` fields."""
+        out = {
+            vllm: getattr(self, name)
+            for name, vllm in VLLM_SAMPLING_EXTRAS.items()
+            if getattr(self, name) is not None
+        }
+        structured = self.structured_output()
+        if structured is not None:
+            out["structured_outputs"] = structured
+        return out
+
+    def structured_output(self) -> dict[str, Any] | None:
+        """``structured_outputs`` with ``response_format`` over it (vLLM's
+        ``structured_outputs_from_response_format``)."""
+        fmt = self.response_format
+        if fmt is None or fmt.type == "text":
+            return self.structured_outputs
+        if fmt.type == "json_object":
+            over: dict[str, Any] = {"json_object": True}
+        else:
+            assert fmt.json_schema is not None
+            over = {"json": fmt.json_schema.json_schema}
+        return {**(self.structured_outputs or {}), **over}
+
+    def vllm_extra_names(self) -> list[str]:
+        """The request's fields that only a vllm first stage can honour."""
+        names = [n for n in VLLM_SAMPLING_EXTRAS if getattr(self, n) is not None]
+        if self.structured_output() is not None and "structured_outputs" not in names:
+            names.append("response_format")
+        return names
 
     def max_output_tokens(self) -> int | None:
         return self.max_tokens
@@ -129,6 +225,12 @@ class _Sampling(_Body):
     def include_usage(self) -> bool:
         return self.stream_options is not None and self.stream_options.include_usage
 
+    @property
+    def continuous_usage(self) -> bool:
+        """Usage in every chunk (vLLM's: with ``include_usage`` only)."""
+        options = self.stream_options
+        return options is not None and options.include_usage and options.continuous_usage_stats
+
     @model_validator(mode="after")
     def _stream_options_need_stream(self) -> _Sampling:
         if self.stream_options is not None and not self.stream:
@@ -136,6 +238,47 @@ class _Sampling(_Body):
                 400,
                 "'stream_options' is only allowed when 'stream' is true",
                 param="stream_options",
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _vllm_checks(self) -> _Sampling:
+        """vLLM's own request checks of its extras (its protocol models' validators)."""
+        if self.prompt_logprobs is not None:
+            if self.stream and (self.prompt_logprobs > 0 or self.prompt_logprobs == -1):
+                raise ApiError(
+                    400,
+                    "'prompt_logprobs' are not available when 'stream' is true",
+                    param="prompt_logprobs",
+                )
+            if self.prompt_logprobs < -1:
+                raise ApiError(
+                    400, "'prompt_logprobs' must be a positive value or -1", param="prompt_logprobs"
+                )
+        if self.structured_outputs is not None:
+            kinds = [k for k in ("json", "regex", "choice") if self.structured_outputs.get(k)]
+            if len(kinds) > 1:
+                raise ApiError(
+                    400,
+                    "'structured_outputs': only one kind of constraint ('json', 'regex' or "
+                    f"'choice') per request, got {kinds}",
+                    param="structured_outputs",
+                )
+        if self.use_beam_search:
+            raise ApiError(
+                400, "'use_beam_search': beam search is not supported", param="use_beam_search"
+            )
+        if self.length_penalty != 1.0:
+            raise ApiError(
+                400,
+                "'length_penalty' applies to beam search only, which is not supported",
+                param="length_penalty",
+            )
+        if self.priority != 0:
+            raise ApiError(
+                400,
+                "'priority': this server does not use priority scheduling (only 0 is allowed)",
+                param="priority",
             )
         return self
 
@@ -147,7 +290,6 @@ class ChatCompletionRequest(_Sampling):
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
     modalities: list[Literal["text", "audio"]] | None = Field(default=None, min_length=1)
     audio: AudioOptions | None = None
-    response_format: dict[str, Any] | None = None
     # vLLM's chat extras
     add_generation_prompt: bool = True
     continue_final_message: bool = False
@@ -162,12 +304,14 @@ class ChatCompletionRequest(_Sampling):
                 f"{list(self.modalities or ['text'])})",
                 param="audio",
             )
+        if self.logprob_token_ids and not self.logprobs:
+            raise ApiError(
+                400,
+                "when using 'logprob_token_ids', 'logprobs' must be set to true",
+                param="logprob_token_ids",
+            )
         if self.top_logprobs is not None and not self.logprobs:
             raise ApiError(400, "'top_logprobs' needs 'logprobs': true", param="top_logprobs")
-        if self.response_format is not None and self.response_format.get("type") != "text":
-            raise ApiError(
-                400, "only response_format {'type': 'text'} is supported", param="response_format"
-            )
         return self
 
     def max_output_tokens(self) -> int | None:

@@ -108,6 +108,11 @@ class Choice:
     audio: list[AudioChunk] = field(default_factory=list)
     audio_tokens: int = 0
     finish_reason: str | None = None
+    stop_reason: int | str | None = None
+    prompt_token_ids: list[int] | None = None
+    prompt_logprobs: list[Any] | None = None
+    prompt: bool = False  # read the prompt's ids and logprobs from vLLM's payload (asked for)
+    seen_prompt: bool = False
 
     def add(self, out: OmniRequestOutput) -> None:
         if out.output_type == "text":
@@ -117,12 +122,63 @@ class Choice:
                 self.logprobs.extend(out.logprobs)
             if out.finish_reason:
                 self.finish_reason = out.finish_reason
+                self.stop_reason = stop_reason(out)
+            if self.prompt and not self.seen_prompt and out.payload is not None:
+                self.seen_prompt = True  # vLLM's first output carries the prompt's fields
+                ids = getattr(out.payload, "prompt_token_ids", None)
+                self.prompt_token_ids = list(ids) if ids is not None else None
+                steps = getattr(out.payload, "prompt_logprobs", None)
+                self.prompt_logprobs = list(steps) if steps is not None else None
         elif out.output_type == "audio":
             if isinstance(out.payload, AudioChunk):
                 self.audio.append(out.payload)
             self.audio_tokens += len(out.token_ids)
             if out.finish_reason and self.finish_reason is None:
                 self.finish_reason = out.finish_reason
+
+
+def stop_reason(out: OmniRequestOutput) -> int | str | None:
+    """vLLM's ``stop_reason`` of a finished text output: the stop string or stop token id that
+    ended it (None for EOS or the length limit); None when the stage sent no vLLM payload."""
+    outputs = getattr(out.payload, "outputs", None)
+    if not outputs:
+        return None
+    reason = getattr(outputs[0], "stop_reason", None)
+    return reason if isinstance(reason, int | str) else None
+
+
+def prompt_logprobs_json(
+    steps: list[Any] | None, decode: Callable[[list[int]], str]
+) -> list[dict[str, Any] | None] | None:
+    """vLLM's ``prompt_logprobs``: per prompt position (the first None) its candidates by token id,
+    each ``{"logprob", "rank", "decoded_token"}`` as vLLM's server writes them."""
+    if steps is None:
+        return None
+    out: list[dict[str, Any] | None] = []
+    for step in steps:
+        if step is None:
+            out.append(None)
+            continue
+        out.append(
+            {
+                str(tid): {
+                    "logprob": _floor(entry.logprob),
+                    "rank": getattr(entry, "rank", None),
+                    "decoded_token": _token_text(entry, tid, decode),
+                }
+                for tid, entry in step.items()
+            }
+        )
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Extras:
+    """vLLM's response extras a request asked for: ``return_token_ids`` (the choices' and the
+    prompt's token ids) and ``prompt_logprobs``."""
+
+    token_ids: bool = False
+    prompt_logprobs: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,8 +210,8 @@ class AudioReply:
         return int(time.time()) + self.expires_s
 
 
-def gather(outputs: Iterable[OmniRequestOutput], n: int) -> list[Choice]:
-    choices = [Choice() for _ in range(n)]
+def gather(outputs: Iterable[OmniRequestOutput], n: int, prompt: bool = False) -> list[Choice]:
+    choices = [Choice(prompt=prompt) for _ in range(n)]
     for out in outputs:
         if 0 <= out.index < n:
             choices[out.index].add(out)
@@ -187,6 +243,8 @@ def chat_response(
     reply: AudioReply,
     top_logprobs: int | None,
     decode: Callable[[list[int]], str],
+    extras: Extras = Extras(),
+    request_id: str | None = None,
 ) -> dict[str, Any]:
     body_choices = []
     for index, choice in enumerate(choices):
@@ -209,14 +267,27 @@ def chat_response(
                 "message": message,
                 "logprobs": logprobs,
                 "finish_reason": choice.finish_reason or "stop",
-                "stop_reason": None,
-                "token_ids": None,
+                "stop_reason": choice.stop_reason,
+                "token_ids": choice.token_ids if extras.token_ids else None,
                 "routed_experts": None,
             }
         )
-    extra = {"prompt_logprobs": None, "prompt_token_ids": None, "prompt_text": None}
+    first = choices[0] if choices else Choice()
+    extra = {
+        "prompt_logprobs": prompt_logprobs_json(first.prompt_logprobs, decode)
+        if extras.prompt_logprobs
+        else None,
+        "prompt_token_ids": first.prompt_token_ids if extras.token_ids else None,
+        "prompt_text": None,
+    }
     return _whole(
-        "chatcmpl", "chat.completion", model, body_choices, usage(prompt_tokens, choices), extra
+        "chatcmpl",
+        "chat.completion",
+        model,
+        body_choices,
+        usage(prompt_tokens, choices),
+        extra,
+        request_id,
     )
 
 
@@ -228,6 +299,8 @@ def completion_response(
     echo: tuple[str, list[int], list[Any]] | None,
     logprobs: int | None,
     decode: Callable[[list[int]], str],
+    extras: Extras = Extras(),
+    request_id: str | None = None,
 ) -> dict[str, Any]:
     body_choices = []
     for index, choice in enumerate(choices):
@@ -244,14 +317,17 @@ def completion_response(
                 if logprobs is None
                 else completion_logprobs(ids, steps, logprobs, decode),
                 "finish_reason": choice.finish_reason or "stop",
-                "stop_reason": None,
-                "token_ids": None,
-                "prompt_logprobs": None,
-                "prompt_token_ids": None,
+                "stop_reason": choice.stop_reason,
+                "token_ids": choice.token_ids if extras.token_ids else None,
+                "prompt_logprobs": prompt_logprobs_json(choice.prompt_logprobs, decode)
+                if extras.prompt_logprobs
+                else None,
+                "prompt_token_ids": choice.prompt_token_ids if extras.token_ids else None,
                 "routed_experts": None,
             }
         )
-    return _whole("cmpl", "text_completion", model, body_choices, usage(prompt_tokens, choices), {})
+    spent = usage(prompt_tokens, choices)
+    return _whole("cmpl", "text_completion", model, body_choices, spent, {}, request_id)
 
 
 def _whole(
@@ -261,10 +337,12 @@ def _whole(
     choices: list[dict[str, Any]],
     spent: dict[str, Any],
     extra: dict[str, Any],
+    request_id: str | None = None,
 ) -> dict[str, Any]:
-    """A whole (non-streamed) response around its choices, in vLLM's field order."""
+    """A whole (non-streamed) response around its choices, in vLLM's field order; its id is
+    ``{prefix}-{request_id}`` when the caller named the request (vLLM's X-Request-Id)."""
     return {
-        "id": new_id(prefix),
+        "id": f"{prefix}-{request_id}" if request_id else new_id(prefix),
         "object": obj,
         "created": int(time.time()),
         "model": model,

@@ -20,6 +20,7 @@ from omni_core.serve.responses import (
     FINGERPRINT,
     AudioReply,
     Choice,
+    Extras,
     chat_logprobs,
     completion_logprobs,
     new_id,
@@ -59,16 +60,34 @@ def error_event(exc: ApiError) -> str:
 class _Chunks:
     """Shared chunk framing and the usage bookkeeping of one streamed request."""
 
-    def __init__(self, prefix: str, obj: str, model: str, n: int) -> None:
+    def __init__(
+        self,
+        prefix: str,
+        obj: str,
+        model: str,
+        n: int,
+        request_id: str | None = None,
+        continuous: int | None = None,
+        extras: Extras | None = None,
+    ) -> None:
         self.head = {
-            "id": new_id(prefix),
+            "id": f"{prefix}-{request_id}" if request_id else new_id(prefix),
             "object": obj,
             "created": int(time.time()),
             "model": model,
         }
-        self.choices = [Choice() for _ in range(n)]
+        self.extras = extras or Extras()
+        self.choices = [Choice(prompt=self.extras.token_ids) for _ in range(n)]
+        self.continuous = continuous  # the prompt's tokens: usage in every choice chunk
 
     def chunk(self, choices: list[dict[str, Any]], **extra: Any) -> str:
+        if self.continuous is not None and choices and "usage" not in extra:
+            done = sum(len(self.choices[c["index"]].token_ids) for c in choices)
+            extra["usage"] = {
+                "prompt_tokens": self.continuous,
+                "total_tokens": self.continuous + done,
+                "completion_tokens": done,
+            }
         return event({**self.head, "choices": choices, **extra})
 
     def tail(
@@ -97,6 +116,9 @@ async def chat_chunks(
     usage_prompt: int | None,
     on_done: Callable[[dict[str, Any]], None] | None = None,
     reply: AudioReply | None = None,
+    request_id: str | None = None,
+    continuous_usage: bool = False,
+    extras: Extras | None = None,
 ) -> AsyncIterator[str]:
     """Chat chunks. With audio asked for (``reply.audio``), each choice's ``delta.audio`` pieces
     carry one audio ``id`` and, as the stages produce them, base64 pcm16 ``data`` (the audio
@@ -105,18 +127,26 @@ async def chat_chunks(
     them never meets a null. A last piece per choice carries ``expires_at``, before the closing
     chunks."""
     reply = reply or AudioReply()
-    c = _Chunks("chatcmpl", "chat.completion.chunk", model, n)
+    continuous = usage_prompt if continuous_usage else None
+    c = _Chunks("chatcmpl", "chat.completion.chunk", model, n, request_id, continuous, extras)
     audio_ids = [new_id("audio") for _ in range(n)] if reply.audio else []
     spoke = [False] * n  # an audio piece went out for the choice
 
     def audio(index: int, data: str = "", transcript: str = "", **more: Any) -> dict[str, Any]:
         return {"id": audio_ids[index], "data": data, "transcript": transcript, **more}
 
+    prompt_ids = None
+    if c.extras.token_ids:  # vLLM sends the prompt's ids in the first chunk: from the first output
+        head = [out async for out in _first(outputs)]
+        outputs = _chain(head, outputs)
+        if head and head[0].payload is not None:
+            ids = getattr(head[0].payload, "prompt_token_ids", None)
+            prompt_ids = list(ids) if ids is not None else None
     for index in range(n):
         role = {"index": index, "delta": {"role": "assistant", "content": ""}}
         yield c.chunk(
             [{**role, "logprobs": None, "finish_reason": None}],
-            prompt_token_ids=None,
+            prompt_token_ids=prompt_ids if index == 0 else None,
             prompt_text=None,
         )
     async for out in outputs:
@@ -142,7 +172,8 @@ async def chat_chunks(
         if delta:
             spoke[out.index] = spoke[out.index] or "audio" in delta
             body = {"index": out.index, "delta": delta, "logprobs": logprobs}
-            yield c.chunk([{**body, "finish_reason": None, "token_ids": None}])
+            ids = list(out.token_ids) if c.extras.token_ids else None
+            yield c.chunk([{**body, "finish_reason": None, "token_ids": ids}])
     for index in range(n):
         if spoke[index]:
             last = {"audio": audio(index, expires_at=reply.expires_at())}
@@ -152,8 +183,9 @@ async def chat_chunks(
     for index, choice in enumerate(c.choices):
         closing = {"index": index, "delta": {}, "logprobs": None}
         reason = choice.finish_reason or "stop"
+        stop = choice.stop_reason
         yield c.chunk(
-            [{**closing, "finish_reason": reason, "stop_reason": None, "token_ids": None}],
+            [{**closing, "finish_reason": reason, "stop_reason": stop, "token_ids": None}],
             **closing_extra,
         )
     for tail in c.tail(usage_prompt, on_done):
@@ -171,21 +203,33 @@ async def completion_chunks(
     usage_prompt: int | None,
     stage_name: str = "",
     on_done: Callable[[dict[str, Any]], None] | None = None,
+    request_id: str | None = None,
+    continuous_usage: bool = False,
+    extras: Extras | None = None,
 ) -> AsyncIterator[str]:
-    c = _Chunks("cmpl", "text_completion", model, n)
+    continuous = usage_prompt if continuous_usage else None
+    c = _Chunks("cmpl", "text_completion", model, n, request_id, continuous, extras)
     offsets = [0] * n
     pending_echo = [echo is not None] * n
     echo_text = echo[0] if echo is not None else ""
+    sent_prompt = [False] * n
 
-    def choice(index: int, text: str, lp: Any, finish: str | None) -> dict[str, Any]:
+    def choice(
+        index: int,
+        text: str,
+        lp: Any,
+        finish: str | None,
+        ids: list[int] | None = None,
+        stop: int | str | None = None,
+    ) -> dict[str, Any]:
         return {
             "index": index,
             "text": text,
             "logprobs": lp,
             "finish_reason": finish,
-            "stop_reason": None,
+            "stop_reason": stop,
             "prompt_token_ids": None,
-            "token_ids": None,
+            "token_ids": ids if c.extras.token_ids else None,
         }
 
     async for out in outputs:
@@ -204,10 +248,30 @@ async def completion_chunks(
         if logprobs is not None:
             lp = completion_logprobs(ids, steps, logprobs, decode, offsets[out.index])
             offsets[out.index] += sum(len(t) for t in lp["tokens"])
-        yield c.chunk([choice(out.index, text, lp, None)])
+        body = choice(out.index, text, lp, None, list(out.token_ids))
+        if c.extras.token_ids and not sent_prompt[out.index]:
+            sent_prompt[out.index] = True
+            body["prompt_token_ids"] = c.choices[out.index].prompt_token_ids
+        yield c.chunk([body])
     closing_extra = {} if usage_prompt is not None else {"system_fingerprint": FINGERPRINT}
     for index, done in enumerate(c.choices):
         text = echo_text if pending_echo[index] else ""
-        yield c.chunk([choice(index, text, None, done.finish_reason or "stop")], **closing_extra)
+        closing = choice(index, text, None, done.finish_reason or "stop", [], done.stop_reason)
+        yield c.chunk([closing], **closing_extra)
     for tail in c.tail(usage_prompt, on_done):
         yield tail
+
+
+async def _first(outputs: AsyncIterator[OmniRequestOutput]) -> AsyncIterator[OmniRequestOutput]:
+    async for out in outputs:
+        yield out
+        return
+
+
+async def _chain(
+    head: list[OmniRequestOutput], rest: AsyncIterator[OmniRequestOutput]
+) -> AsyncIterator[OmniRequestOutput]:
+    for out in head:
+        yield out
+    async for out in rest:
+        yield out
