@@ -5,7 +5,8 @@ whose path depends on where this package is installed.
 * ``qwen2.5-omni``: thinker (vLLM, per-token hidden states, final text) → talker (``torch`` kind,
   :mod:`omni_qwen.talker`, fed token by token through a ``stream`` edge and the
   ``qwen2.5-omni-talker`` bridge) → token2wav (``torch`` kind, :mod:`omni_qwen.token2wav`, the
-  talker's codes whole through an ``on_finish`` edge, final audio: 24 kHz float32).
+  talker's codes as they come through a ``stream`` edge, final audio: 24 kHz float32; whole
+  utterances, or chunk by chunk for a request with ``extra.audio_stream``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ THINKER_PIPELINE = "qwen2.5-omni-thinker"
 PIPELINE = "qwen2.5-omni"
 TINY_MODEL = "tiny-qwen2.5-omni"
 TALKER_BRIDGE = "qwen2.5-omni-talker"
+TOKEN2WAV_EDGE_CHUNK = 4  # talker codes per hop to token2wav (its chunks are 24)
 
 # The talker's sampling defaults: transformers' generate() (talker_* arguments), with a cap on
 # the codes (about 50 per second of speech) that keeps the tiny model's never-ending random talk
@@ -111,12 +113,10 @@ def omni_pipeline(model: str = TINY_MODEL, edge: str = "stream") -> PipelineConf
                     "id": 2,
                     "name": "token2wav",
                     "kind": "torch",
-                    "engine_args": {
-                        "engine": "omni_qwen.token2wav:build",
-                        "model": model,
-                        "output": "whole",
-                    },
-                    "inputs": [1],
+                    "engine_args": {"engine": "omni_qwen.token2wav:build", "model": model},
+                    # the talker's codes as it speaks: a request with extra.audio_stream is
+                    # voiced chunk by chunk (omni_qwen.stream_wav), others once they are whole
+                    "inputs": [{"stage": 1, "mode": "stream", "chunk": TOKEN2WAV_EDGE_CHUNK}],
                     "final_output": True,
                     "final_output_type": "audio",
                 },

@@ -1,0 +1,113 @@
+"""Speech-out metrics of ``qwen2.5-omni`` (tiny checkpoint): streamed vs whole-utterance token2wav
+in the same run, at several concurrencies.
+
+``python -m omni_qwen.speech_bench [--codes 200] [--concurrency 1 4 16] [--runs 1]``
+
+Per request, from the ``generate()`` call: **TTFP** (time to the first output carrying audio),
+**RTF** (time from the call to the last audio / the audio's duration: decode time per second of
+speech), **underruns** (audio chunks arriving after the previous audio, played from its arrival at
+real time, ran out). p50/p99 over the requests of a concurrency level. The talker is forced to
+``--codes`` codes (its ``max_tokens``; the tiny random talker never stops by itself), the thinker
+to 16 tokens; greedy, token2wav seeded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from omni_qwen.pipelines import TINY_MODEL, omni_pipeline
+from omni_qwen.token2wav import SAMPLE_RATE
+
+PROMPT = "<|im_start|>user\nTell me about the sea.<|im_end|>\n<|im_start|>assistant\n"
+
+
+@dataclass
+class Speech:
+    ttfp: float
+    rtf: float
+    underruns: int
+    seconds: float  # audio duration
+
+
+def params(codes: int, stream: bool) -> dict[str, Any]:
+    return {
+        "thinker": {"max_tokens": 16, "temperature": 0.0},
+        "talker": {"temperature": 0.0, "max_tokens": codes},
+        "token2wav": {"seed": 0, "extra": {"audio_stream": stream}},
+    }
+
+
+async def one(engine: Any, codes: int, stream: bool) -> Speech:
+    start = time.perf_counter()
+    first = last = None
+    played_until = 0.0  # when the audio received so far runs out, playing from first arrival
+    underruns, samples = 0, 0
+    async for out in engine.generate(PROMPT, sampling_params=params(codes, stream)):
+        if out.error is not None:
+            raise RuntimeError(out.error.message)
+        if out.output_type != "audio" or out.payload is None:
+            continue
+        now = time.perf_counter() - start
+        n = len(out.payload.samples)
+        if n == 0:
+            continue
+        if first is None:
+            first, played_until = now, now
+        elif now > played_until:
+            underruns += 1
+            played_until = now
+        played_until += n / SAMPLE_RATE
+        samples += n
+        last = now
+    if first is None or last is None:
+        raise RuntimeError("no audio")
+    seconds = samples / SAMPLE_RATE
+    return Speech(first, last / seconds, underruns, seconds)
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+async def level(engine: Any, codes: int, stream: bool, concurrency: int) -> list[Speech]:
+    return list(await asyncio.gather(*(one(engine, codes, stream) for _ in range(concurrency))))
+
+
+def main(argv: list[str] | None = None) -> None:
+    from omni_core import AsyncOmniEngine, OmniSettings
+
+    parser = argparse.ArgumentParser(prog="python -m omni_qwen.speech_bench")
+    parser.add_argument("--codes", type=int, default=200)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16])
+    parser.add_argument("--runs", type=int, default=1, help="rounds per level (C=1: requests)")
+    args = parser.parse_args(argv)
+    engine = AsyncOmniEngine(omni_pipeline(TINY_MODEL), settings=OmniSettings())
+    try:
+        asyncio.run(level(engine, 24, True, 1))  # warm-up
+        print("| mode | C | TTFP p50 / p99 (s) | RTF p50 / p99 | underruns (total) | audio (s) |")
+        print("|---|---|---|---|---|---|")
+        for c in args.concurrency:
+            for stream in (False, True):  # interleaved: the same load for both
+                got: list[Speech] = []
+                for _ in range(args.runs):
+                    got += asyncio.run(level(engine, args.codes, stream, c))
+                ttfp, rtf = [s.ttfp for s in got], [s.rtf for s in got]
+                print(
+                    f"| {'streamed' if stream else 'whole'} | {c} | {pct(ttfp, 0.5):.2f} / "
+                    f"{pct(ttfp, 0.99):.2f} | {pct(rtf, 0.5):.2f} / {pct(rtf, 0.99):.2f} | "
+                    f"{sum(s.underruns for s in got)} | "
+                    f"{statistics.median(s.seconds for s in got):.2f} |",
+                    flush=True,
+                )
+    finally:
+        engine.shutdown()
+
+
+if __name__ == "__main__":
+    main()
