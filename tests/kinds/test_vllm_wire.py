@@ -59,10 +59,11 @@ def test_token_frames_are_typed_without_pickle_and_request_outputs_are_rebuilt(e
     assert len(out_frames) >= 6  # one frame per step (several outputs each under load)
     assert all(wire.EXT_PICKLE not in codes for codes in out_frames)
     assert {tag for tag, _ in frames} <= {"out", "ack"}
-    payloads = [o.payload for o in outs if o.payload is not None]
-    from omni_core.kinds.vllm_adapter import RequestOutput
+    from omni_core.kinds.vllm_adapter import RequestOutput, WireRequestOutput
 
-    assert all(isinstance(p, RequestOutput) for p in payloads)
+    assert all(isinstance(o.payload, WireRequestOutput) for o in outs if o.payload is not None)
+    payloads = [o.payload.request_output() for o in outs if o.payload is not None]
+    assert all(type(p) is RequestOutput for p in payloads)
     prompt_ids = payloads[0].prompt_token_ids
     assert prompt_ids and all(p.prompt_token_ids == prompt_ids for p in payloads)
     assert [t for p in payloads for t in p.outputs[0].token_ids] == tokens
