@@ -14,6 +14,17 @@ positions computed since the previous one (the first output: the prompt). Rows c
 (a preempted request is recomputed from scratch) are dropped; a gap (prefix-cached rows, which
 the stage's config forbids) fails the request.
 
+Intermediate layers (``layer:K``, transformers' ``hidden_states[K]``: the input of decoder layer
+K, hidden + residual, pre-norm) come from vLLM's auxiliary hidden-state outputs (its EAGLE-3
+interface, ``SupportsEagle3``), not from a hook on the layer, which never fires once the language
+model is compiled. At install the capture calls ``set_aux_hidden_state_layers`` (the stage runs
+eager, so the next forward returns ``(hidden, [aux...])``; the forward hook takes the aux rows and
+hands vLLM the hidden state alone). A model class built compiled sets its aux layers in its own
+``__init__`` instead, keeps that forward's aux list in ``omni_aux_hidden_states`` and returns the
+hidden state alone; it declares ``omni_aux_layers`` (the tuple it set), and the capture reads the
+attribute (docs/models.md, Qwen3-Omni: the hidden-layer route). Cost: one extra add and a copy of
+the captured rows per layer per step.
+
 Nothing of this exists in a stage without ``hidden_states``: no hooks, no per-step work.
 """
 
@@ -24,6 +35,10 @@ from typing import Any
 
 from omni_core.errors import OmniError
 from omni_core.outputs import HiddenStates
+
+
+class HiddenStatesLayerError(OmniError):
+    """An intermediate layer was asked of a model that gives no auxiliary hidden states."""
 
 
 class HiddenStatesGapError(OmniError):
@@ -51,15 +66,30 @@ class HiddenStateCapture:
         self.requests: dict[str, _Rows] = {}  # engine request id -> its rows
         self.engine_ids: dict[str, str] = {}  # our request id -> engine request id
         self._embeds: Any = None
+        self.aux = sorted(int(n.split(":")[1]) for n in layers if n.startswith("layer:"))
+        self.broken: str | None = None  # set when a forward brought no aux states
         self.handles = []
         for runner in va.model_runners(engine):
             model = runner.get_model()
+            if self.aux:
+                self._set_aux(model)
             self.handles.append(
                 model.register_forward_pre_hook(self._pre_hook(model), with_kwargs=True)
             )
             self.handles.append(
                 model.register_forward_hook(self._post_hook(runner), with_kwargs=True)
             )
+
+    def _set_aux(self, model: Any) -> None:
+        if tuple(getattr(model, "omni_aux_layers", ())) == tuple(self.aux):
+            return  # the model class set them at construction (compiled route)
+        if not hasattr(model, "set_aux_hidden_state_layers"):
+            raise HiddenStatesLayerError(
+                f"engine_args.hidden_states.layers {[f'layer:{k}' for k in self.aux]}: "
+                f"{type(model).__name__} gives no auxiliary hidden states (vLLM's "
+                "SupportsEagle3): only 'embeddings' and 'final' can be captured"
+            )
+        model.set_aux_hidden_state_layers(tuple(self.aux))
 
     # --- requests -------------------------------------------------------------------------------
     def watch(self, engine_id: str, request_id: str) -> None:
@@ -80,6 +110,8 @@ class HiddenStateCapture:
             return None
         if finished:
             self.forget(request_id)
+        if self.broken is not None:
+            raise HiddenStatesLayerError(self.broken)
         if rows.gap is not None:
             raise HiddenStatesGapError(rows.gap)
         if not rows.chunks:
@@ -110,12 +142,23 @@ class HiddenStateCapture:
         return pre
 
     def _post_hook(self, runner: Any) -> Any:
-        def post(module: Any, args: Any, kwargs: dict[str, Any], output: Any) -> None:
+        def post(module: Any, args: Any, kwargs: dict[str, Any], output: Any) -> Any:
             embeds, self._embeds = self._embeds, None
+            aux = getattr(module, "omni_aux_hidden_states", None)
+            if isinstance(output, tuple) and len(output) == 2:
+                output, aux = output  # vLLM's (hidden, [aux...]): vLLM gets the hidden alone
             if not self.requests:
-                return
+                return output
             req_ids, qsl, computed = self.va.batch_layout(runner)
             tensors = {"final": output, "embeddings": embeds}
+            if self.aux:
+                if aux is None or len(aux) != len(self.aux):
+                    self.broken = (
+                        f"the model's forward gave no auxiliary hidden states for layers "
+                        f"{self.aux} (a compiled model must set them at construction)"
+                    )
+                    return output
+                tensors.update({f"layer:{k}": a for k, a in zip(self.aux, aux, strict=True)})
             for i, engine_id in enumerate(req_ids):
                 rows = self.requests.get(engine_id)
                 if rows is None:
@@ -137,5 +180,6 @@ class HiddenStateCapture:
                     }
                 )
                 rows.end = position + b - a
+            return output
 
         return post

@@ -28,6 +28,16 @@ HIDDEN_LAYERS = {
 }
 
 
+def _intermediate_layer(layer: str | int) -> str | None:
+    """``'layer:K'`` (K >= 1) -> itself, canonical: the input of decoder layer K, read from vLLM's
+    auxiliary hidden-state outputs (omni_core.kinds.vllm_hidden). Only the explicit string form:
+    a bare integer other than 0 and -1 stays an error."""
+    if not isinstance(layer, str) or not layer.startswith("layer:"):
+        return None
+    k = layer[len("layer:") :]
+    return f"layer:{int(k)}" if k.isdigit() and int(k) >= 1 else None
+
+
 class HiddenStatesArgs(BaseModel):
     """``engine_args.hidden_states`` of a ``vllm`` stage: emit these layers per token."""
 
@@ -36,8 +46,9 @@ class HiddenStatesArgs(BaseModel):
     layers: list[str | int] = Field(
         min_length=1,
         description="layers to emit: 'embeddings' (or 0: the LM input embeddings, multimodal "
-        "merged) and/or 'final' (or -1: the final normed hidden state); outputs name them "
-        "'embeddings' and 'final'",
+        "merged), 'final' (or -1: the final normed hidden state) and/or 'layer:K' (K >= 1: "
+        "transformers' hidden_states[K], the input of decoder layer K, pre-norm); outputs name "
+        "them 'embeddings', 'final' and 'layer:K'",
     )
     inline_bytes: int = Field(
         default=1 << 16,
@@ -51,10 +62,11 @@ class HiddenStatesArgs(BaseModel):
     def _canonical(cls, layers: list[str | int]) -> list[str | int]:
         names: list[str | int] = []
         for layer in layers:
-            name = HIDDEN_LAYERS.get(layer)
+            name = HIDDEN_LAYERS.get(layer) or _intermediate_layer(layer)
             if name is None:
                 raise ValueError(
-                    f"unknown layer {layer!r}: choose from 'embeddings' (0) and 'final' (-1)"
+                    f"unknown layer {layer!r}: choose from 'embeddings' (0), 'final' (-1) and "
+                    "'layer:K' (K >= 1: transformers' hidden_states[K])"
                 )
             if name not in names:
                 names.append(name)

@@ -16,24 +16,29 @@ THINKER_PIPELINE = "qwen3-omni-thinker"
 TINY_MODEL = "tiny-qwen3-omni"
 
 
-def thinker_engine_args(model: str = TINY_MODEL) -> dict[str, Any]:
+def thinker_engine_args(model: str = TINY_MODEL, hidden_layer: int | None = None) -> dict[str, Any]:
     """``engine_args`` of a Qwen3-Omni thinker on the ``vllm`` kind.
 
     vLLM maps ``Qwen3OmniMoeForConditionalGeneration`` to its thinker-only model (the talker's
     and code2wav's weights are skipped); on CPU its MoE runs on the ``CPUUnquantizedExperts``
-    backend. Audio and one image per prompt; video needs torchvision.
+    backend. Audio and one image per prompt; video needs torchvision. With ``hidden_layer`` (the
+    talker's ``accept_hidden_layer``) the stage emits, per token, the LM input embeddings and
+    transformers' ``hidden_states[hidden_layer]`` (the core's ``layer:K``, from vLLM's auxiliary
+    hidden-state outputs), which needs every prompt position computed: prefix caching off.
     """
     env = {"PYTHONPATH": compat.pythonpath_entry()} if compat.needed() else {}
-    return {
+    args: dict[str, Any] = {
         "model": model,
         "max_model_len": 512,
         "dtype": "float32",
         "env": env,
-        "engine": {
-            "limit_mm_per_prompt": {"audio": 1, "image": 1, "video": 0},
-            "enable_prefix_caching": True,
-        },
+        "engine": {"limit_mm_per_prompt": {"audio": 1, "image": 1, "video": 0}},
     }
+    if hidden_layer is None:
+        args["engine"]["enable_prefix_caching"] = True
+    else:
+        args["hidden_states"] = {"layers": ["embeddings", f"layer:{hidden_layer}"]}
+    return args
 
 
 def thinker_pipeline(model: str = TINY_MODEL) -> PipelineConfig:

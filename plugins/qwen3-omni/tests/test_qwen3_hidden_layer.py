@@ -1,0 +1,138 @@
+"""The talker's thinker layer from omni-core's vLLM stage: ``engine_args.hidden_states.layers``
+with ``layer:K`` (vLLM's auxiliary hidden-state outputs), against transformers' teacher-forced
+``hidden_states[K]`` on the same tiny checkpoint (K = accept_hidden_layer = 2, past the one
+deepstack level, so both sides take it at the same point).
+
+Greedy, float32, 8 new tokens; every row (prompt + generated - 1) within 1e-4 max abs (the
+reference sheet measured 3.1e-5 for this layer and 5.3e-6 for the embeddings). The talker reads
+``layer:2`` only at the prompt's audio/image rows; those rows are checked to carry the encoders'
+features (not the placeholder's text embedding).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from omni_qwen3.build import ACCEPT_LAYER
+from omni_qwen3.pipelines import thinker_engine_args
+from qwen3_helpers import (
+    AUDIO_CHAT,
+    AUDIO_TOKEN,
+    IMAGE_CHAT,
+    IMAGE_TOKEN,
+    SAMPLE_RATE,
+    hf_inputs,
+    image,
+    sine,
+)
+
+from omni_core import AsyncOmniEngine, OmniSettings, PipelineConfig
+from omni_core.config.resolve import resolve_pipeline
+from omni_core.errors import ConfigError
+from omni_core.outputs import join_hidden_states
+from omni_core.plugin.hooks import PluginHost
+
+# the first test starts the engine (110 s measured under load 8 on the 2 shared cores)
+pytestmark = [pytest.mark.engine, pytest.mark.timeout(300)]
+
+NEW_TOKENS = 8
+TOLERANCE = 1e-4
+LAYER = f"layer:{ACCEPT_LAYER}"
+
+
+def pipeline(layers: list[Any] | None = None) -> dict[str, Any]:
+    args = thinker_engine_args(hidden_layer=ACCEPT_LAYER)
+    if layers is not None:
+        args["hidden_states"]["layers"] = layers
+    return {
+        "name": "qwen3-thinker-hidden",
+        "stages": [
+            {
+                "id": 0,
+                "name": "thinker",
+                "kind": "vllm",
+                "engine_args": args,
+                "sampling_params": {"max_tokens": NEW_TOKENS, "temperature": 0.0},
+                "final_output": True,
+                "final_output_type": "text",
+            }
+        ],
+    }
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_qwen3, qwen3_cache):
+    settings = OmniSettings(cache_dir=qwen3_cache, startup_timeout_s=300.0)
+    config = PipelineConfig.from_dict(pipeline())
+    engine = AsyncOmniEngine(config, settings=settings, plugins=PluginHost.create(settings))
+    yield engine
+    engine.shutdown()
+
+
+def run(engine, prompt: Any) -> tuple[list[int], list[int], dict[str, Any]]:
+    async def go():
+        ids: list[int] = []
+        chunks = []
+        last = None
+        async for out in engine.generate(prompt):
+            ids.extend(out.token_ids)
+            if out.hidden_states is not None:
+                chunks.append(out.hidden_states)
+            last = out
+        assert last is not None and last.finished and last.error is None, last
+        return ids, list(last.payload.prompt_token_ids), join_hidden_states(chunks)
+
+    return asyncio.run(go())
+
+
+def reference(hf, chat, generated: list[int], **media: Any) -> tuple[list[int], Any]:
+    _, inputs = hf_inputs(hf, chat, **media)
+    prompt = inputs["input_ids"][0].tolist()
+    ids = torch.tensor([prompt + generated[:-1]])
+    forward = {k: v for k, v in inputs.items() if k not in ("input_ids", "attention_mask")}
+    with torch.no_grad():
+        out = hf[1].thinker(
+            input_ids=ids, attention_mask=torch.ones_like(ids), output_hidden_states=True, **forward
+        )
+    return prompt, out.hidden_states
+
+
+@pytest.mark.parametrize(
+    ("chat", "media", "token", "count"),
+    [
+        (AUDIO_CHAT, "audio", AUDIO_TOKEN, 13),
+        (IMAGE_CHAT, "image", IMAGE_TOKEN, 4),
+    ],
+)
+def test_accept_layer_rows_equal_transformers_hidden_states(engine, hf3, chat, media, token, count):
+    data = (sine(), SAMPLE_RATE) if media == "audio" else image()
+    text = hf3[0].apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
+    ids, prompt, states = run(engine, {"prompt": text, "multi_modal_data": {media: data}})
+    hf_media = {"audio": [data[0]]} if media == "audio" else {"images": [data]}
+    ref_prompt, ref = reference(hf3, chat, ids, **hf_media)
+    assert prompt == ref_prompt and prompt.count(token) == count
+    assert set(states) == {"embeddings", LAYER}
+    rows = len(prompt) + len(ids) - 1
+    for name, index in (("embeddings", 0), (LAYER, ACCEPT_LAYER)):
+        ours, theirs = states[name], ref[index][0].numpy()
+        assert ours.shape == theirs.shape == (rows, 128)
+        assert np.abs(ours - theirs).max() <= TOLERANCE, name
+    # the layer differs from the embeddings and from the final state: a real intermediate layer
+    assert np.abs(states[LAYER] - ref[0][0].numpy()).max() > 1e-2
+    assert np.abs(states[LAYER] - ref[-1][0].numpy()).max() > 1e-2
+    mm_rows = [i for i, t in enumerate(prompt) if t == token]
+    text_embedding = hf3[1].thinker.get_input_embeddings().weight[token].detach().numpy()
+    assert np.abs(states["embeddings"][mm_rows] - text_embedding).max() > 1e-2
+
+
+def test_intermediate_layer_names_are_checked():
+    host = PluginHost.create(OmniSettings())
+    resolved = resolve_pipeline(PipelineConfig.from_dict(pipeline()), host)
+    assert resolved.stages[0].args.hidden_states.layers == ["embeddings", LAYER]
+    for bad in ("layer:0", "layer:x", 2):
+        with pytest.raises(ConfigError, match=r"hidden_states.layers.*unknown layer"):
+            resolve_pipeline(PipelineConfig.from_dict(pipeline(["embeddings", bad])), host)
