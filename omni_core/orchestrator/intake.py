@@ -13,8 +13,8 @@ turn is pushed from one callback, each into its own replica's intake, and the th
 together afterwards (one wake-up of the loop's thread per turn, not per batch).
 
 The hand-stepped first step is kept because it pays: with routing always started as a task
-instead, ``omni bench hop`` measured hop p50 ~2.3x and routing p50 ~4x the stepped figures, and
-``throughput`` 40-60 % fewer routed outputs/s (docs/benchmarks.md, "One hand-off layer").
+instead, ``omni bench hop`` measured hop p50 ~2x and routing p50 ~2.7x the stepped figures, and
+``throughput`` about a third fewer routed outputs/s (docs/benchmarks.md, "One hand-off layer").
 
 The first step of a routing runs in the pushing callback, outside any task: seams and hooks on
 that path must not need ``asyncio.current_task()`` (``asyncio.timeout()`` does; ``wait_for``
