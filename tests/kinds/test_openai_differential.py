@@ -32,6 +32,7 @@ stages:
     final_output: true
 """
 TOL = 1e-4
+pytestmark = pytest.mark.timeout(300)  # two servers start (slow under load)
 MESSAGES = [
     {"role": "system", "content": "You answer briefly."},
     {"role": "user", "content": "hello there, what is the colour of the sea?"},
@@ -281,3 +282,48 @@ def test_completion_echo_with_logprobs_matches_vllm(clients, stream):
     assert got[1] == ref[1] and got[3] == ref[3] and got[4] == ref[4]
     assert got[2][0] is None and ref[2][0] is None
     assert all(close(a, b) for a, b in zip(got[2][1:], ref[2][1:], strict=True))
+
+
+EXTRAS = [
+    {"ignore_eos": True, "min_tokens": 4},
+    {"stop_token_ids": [1699], "return_token_ids": True},
+    {"stop": ["e"], "include_stop_str_in_output": True},
+    {"logit_bias": {"300": 100}},
+    {"allowed_token_ids": [300, 301]},
+    {"bad_words": ["the"], "skip_special_tokens": False},
+    {"structured_outputs": {"choice": ["yes", "no"]}},
+]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("extra", EXTRAS, ids=lambda e: next(iter(e)))
+def test_vllm_extras_match_vllm(clients, extra, stream):
+    """vLLM's sampling extras: the same text, finish_reason, stop_reason and token ids."""
+
+    def call(c):
+        extra_body = {k: v for k, v in extra.items() if k != "stop"}
+        made = c.chat.completions.create(
+            model=MODEL,
+            messages=MESSAGES[:2],
+            max_tokens=10,
+            temperature=0,
+            stop=extra.get("stop"),
+            stream=stream,
+            extra_body=extra_body,
+        )
+        if not stream:
+            ch = made.choices[0]
+            return (
+                ch.message.content,
+                ch.finish_reason,
+                ch.model_extra.get("stop_reason"),
+                (ch.model_extra.get("token_ids")),
+            )
+        chunks = [ch for ch in made if ch.choices]
+        text = "".join(ch.choices[0].delta.content or "" for ch in chunks)
+        ids = [t for ch in chunks for t in (ch.choices[0].model_extra.get("token_ids") or [])]
+        last = chunks[-1].choices[0]
+        return text, last.finish_reason, last.model_extra.get("stop_reason"), ids or None
+
+    ref, got = both(clients, call)
+    assert got == ref
