@@ -5,15 +5,19 @@ Also usable without the server: ``OMNI_METRICS_PORT`` makes an engine serve ``/m
 
 from __future__ import annotations
 
+import math
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from omni_core.media import AudioChunk
 from omni_core.plugin import PLUGIN_API_VERSION, hookimpl
 
 LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+RTF_BUCKETS = (0.05, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 5, 10)
 OUTCOMES = {"stop": "finished", "length": "finished", "abort": "aborted", "timeout": "aborted"}
 
 
@@ -80,6 +84,26 @@ class OmniMetrics:
             ["modality"],
             registry=r,
         )
+        self.first_audio = Histogram(
+            "omni_time_to_first_audio_seconds",
+            "Admission to the first audio samples of a final stage (TTFP)",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.audio_rtf = Histogram(
+            "omni_audio_rtf",
+            "Real-time factor of a request's audio: admission to its last samples / its duration",
+            buckets=RTF_BUCKETS,
+            registry=r,
+        )
+        self.audio_underruns = Counter(
+            "omni_audio_underruns",
+            "Audio pieces that arrived after the audio before them, played at real time from "
+            "its first piece's arrival, had run out",
+            registry=r,
+        )
+        self._audio: dict[str, _Playback] = {}
+        self._final: frozenset[int] = frozenset()  # final stage ids
         self._lock = threading.Lock()
         self._admitted: dict[str, float] = {}
         self._stages: dict[tuple[str, int], list[float]] = {}  # submit, first, finish
@@ -103,6 +127,9 @@ class OmniMetrics:
             self._inputs = {
                 sid: tuple(e.stage for e in s.config.inputs) for sid, s in stages.items()
             }
+            self._final = frozenset(
+                sid for sid, s in stages.items() if getattr(s.config, "final_output", False)
+            )
         self._admitted[request_id] = time.monotonic()
         self.inflight.inc()
 
@@ -123,6 +150,8 @@ class OmniMetrics:
         if times is None:
             return
         now = time.monotonic()
+        if stage_id in self._final and isinstance(output.payload, AudioChunk):
+            self._heard(request_id, output.payload, now)
         name = self._names.get(stage_id, str(stage_id))
         if not times[1]:
             times[1] = now
@@ -146,9 +175,32 @@ class OmniMetrics:
         if outcome == "aborted":
             self.aborts.labels(finish_reason).inc()
         self.e2e.observe(time.monotonic() - start)
+        playback = self._audio.pop(request_id, None)
+        if playback is not None and playback.seconds > 0:
+            self.audio_rtf.observe((playback.last - start) / playback.seconds)
         for stage_id in self._names:  # per stage, not a scan of every request's keys
             self._stages.pop((request_id, stage_id), None)
             self._finished_at.pop((request_id, stage_id), None)
+
+    def _heard(self, request_id: str, chunk: AudioChunk, now: float) -> None:
+        """An audio piece of a final stage: TTFP on the first, an underrun when the audio so
+        far (played from the first piece's arrival) ran out before this one came."""
+        samples = math.prod(getattr(chunk.samples, "shape", (0,)))
+        admitted = self._admitted.get(request_id)
+        if not samples or admitted is None or not chunk.sample_rate:
+            return
+        seconds = samples / chunk.sample_rate
+        playback = self._audio.get(request_id)
+        if playback is None:
+            self.first_audio.observe(now - admitted)
+            self._audio[request_id] = _Playback(now + seconds, now, seconds)
+            return
+        if now > playback.until:
+            self.audio_underruns.inc()
+            playback.until = now
+        playback.until += seconds
+        playback.last = now
+        playback.seconds += seconds
 
     # --- scrape ------------------------------------------------------------------------------
     def render(self, engine: Any) -> bytes:
@@ -157,6 +209,15 @@ class OmniMetrics:
             for i, ok in enumerate(stage["replicas"]):
                 self.replica_up.labels(name, str(i)).set(1 if ok else 0)
         return generate_latest(self.registry)
+
+
+@dataclass
+class _Playback:
+    """A request's audio so far, as a listener plays it from the first piece's arrival."""
+
+    until: float  # when the audio received so far runs out
+    last: float  # arrival of the last piece
+    seconds: float  # audio duration so far
 
 
 def serve_metrics(metrics: OmniMetrics, engine: Any, port: int, host: str = "127.0.0.1") -> Any:

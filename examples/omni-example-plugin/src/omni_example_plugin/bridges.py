@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from omni_core.outputs import StageResult
+from omni_core import StageResult
 
 
 def dedupe(sources: list[StageResult], original_prompt: Any, params: Any) -> list[int] | None:

@@ -30,8 +30,8 @@ def stats(
     as_json: Annotated[bool, typer.Option("--json", help="Print the counts as JSON.")] = False,
 ) -> None:
     """Run each prompt once, concurrently; print terminal outcomes by finish_reason."""
-    from omni_core import OmniSettings, PluginHost, SamplingParams, create_engine
-    from omni_core.cli.app import report_error
+    from omni_core import OmniSettings, SamplingParams, create_engine
+    from omni_core.plugin import PluginHost, report_error
 
     settings = OmniSettings()
     try:

@@ -9,12 +9,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from omni_core import hookimpl
-from omni_core.plugin.types import Bridge, CliGroup, PipelineSpec, StageKind
+from omni_core.plugin import Bridge, CliGroup, PipelineSpec, StageKind, hookimpl
 
 if TYPE_CHECKING:
-    from omni_core.config.pipeline import PipelineConfig
-    from omni_core.views import OrchestratorPort, PipelineView
+    from omni_core import PipelineConfig
+    from omni_core.plugin import OrchestratorPort, PipelineView
     from omni_example_plugin.stats import OutcomeCounter
 
 # The plugin API version this plugin was written against; omni-core refuses to load a plugin
@@ -68,7 +67,7 @@ def omni_register_bridges() -> Iterable[Bridge]:
 
 
 def _load_pipeline() -> PipelineConfig:
-    from omni_core.config.pipeline import PipelineConfig
+    from omni_core import PipelineConfig
 
     return PipelineConfig.from_dict(PIPELINE, source="<pipeline example-reverse>")
 

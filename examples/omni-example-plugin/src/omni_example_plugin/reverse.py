@@ -14,9 +14,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from omni_core.outputs import ErrorInfo, StageOutput
-from omni_core.stage.client import StageContext, StageRequest
-from omni_core.stage.local import LocalStageClient
+from omni_core import ErrorInfo, StageOutput
+from omni_core.extend import LocalStageClient, StageContext, StageRequest
 
 
 class ReverseArgs(BaseModel):

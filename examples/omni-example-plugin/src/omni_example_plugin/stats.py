@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from collections import Counter
 
-from omni_core import hookimpl
+from omni_core.plugin import hookimpl
 
 
 class OutcomeCounter:

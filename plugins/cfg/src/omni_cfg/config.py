@@ -19,9 +19,8 @@ from omni_cfg.errors import CfgError
 if TYPE_CHECKING:
     from collections.abc import Collection
 
-    from omni_core.config.pipeline import PipelineConfig
-    from omni_core.sampling import SamplingParams
-    from omni_core.views import PipelineView
+    from omni_core import PipelineConfig, SamplingParams
+    from omni_core.plugin import PipelineView
 
 SECTION = "cfg"  # the pipeline section and the key in SamplingParams.extra
 # what a guided stage's kind declares it accepts (StageKind.accepts): weighted conditionings

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from omni_core.errors import OmniError
+from omni_core import OmniError
 
 
 class CfgError(OmniError):

@@ -23,13 +23,12 @@ from omni_cfg.config import (
 )
 from omni_cfg.errors import CfgError
 from omni_cfg.tracker import Bundle, Tracker
-from omni_core.outputs import ErrorInfo
-from omni_core.plugin.types import Admission, Companion, ForwardGate
+from omni_core import ErrorInfo
+from omni_core.plugin import Admission, Companion, ForwardGate
 
 if TYPE_CHECKING:
-    from omni_core.outputs import StageOutput
-    from omni_core.sampling import SamplingParams
-    from omni_core.views import OrchestratorPort, RequestView
+    from omni_core import SamplingParams, StageOutput
+    from omni_core.plugin import OrchestratorPort, RequestView
 
 logger = logging.getLogger(__name__)
 
@@ -93,7 +92,7 @@ class Guide:
     ) -> dict[int, SamplingParams] | None:
         if not options.companion_params:
             return None
-        from omni_core.sampling import SamplingParams
+        from omni_core import SamplingParams
 
         try:
             return {

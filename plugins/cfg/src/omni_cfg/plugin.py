@@ -14,19 +14,12 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING
 
 from omni_cfg.config import SECTION, CfgSection, conditioning_kinds, guided_target
-from omni_core import hookimpl
-from omni_core.plugin.types import (
-    Admission,
-    ConfigSection,
-    ForwardGate,
-    RunOption,
-)
+from omni_core.plugin import Admission, ConfigSection, ForwardGate, RunOption, hookimpl
 
 if TYPE_CHECKING:
     from omni_cfg.guide import Guide
-    from omni_core.outputs import ErrorInfo, StageOutput
-    from omni_core.sampling import SamplingParams
-    from omni_core.views import OrchestratorPort, PipelineView, RequestView
+    from omni_core import ErrorInfo, SamplingParams, StageOutput
+    from omni_core.plugin import OrchestratorPort, PipelineView, RequestView
 
 OMNI_PLUGIN_API_VERSION = 3
 

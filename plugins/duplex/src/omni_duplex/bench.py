@@ -29,7 +29,7 @@ import logging
 import time
 from typing import Any
 
-from omni_core.bench.orchestration import CheckFailed, Row
+from omni_core.plugin import CheckFailed, Row
 
 from omni_duplex import protocol as P
 from omni_duplex.config import WIRE_SAMPLE_RATE

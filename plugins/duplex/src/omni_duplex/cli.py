@@ -42,7 +42,7 @@ def talk_command(
     """Stream WAV into a session; write reply.wav and timeline.jsonl; print both paths."""
     import asyncio
 
-    from omni_core.cli.app import report_error
+    from omni_core.plugin import report_error
 
     from omni_duplex.talk import talk
 

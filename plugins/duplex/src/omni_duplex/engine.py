@@ -13,10 +13,8 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-from omni_core.engine.base import OmniEngineBase
-from omni_core.engine.channel import RequestStream
-from omni_core.errors import ConfigError, EngineDeadError
-from omni_core.orchestrator.base import OrchestratorBase
+from omni_core import ConfigError, EngineDeadError
+from omni_core.extend import OmniEngineBase, OrchestratorBase, RequestStream
 
 from omni_duplex.config import DuplexSection
 from omni_duplex.errors import DuplexError

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from omni_core.errors import OmniError
+from omni_core import OmniError
 
 # error code -> OpenAI Realtime ``error.type``
 RATE_LIMIT_CODES = frozenset({"resource_exhausted", "input_backpressure", "engine_backpressure"})

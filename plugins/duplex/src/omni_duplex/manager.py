@@ -27,7 +27,7 @@ from omni_duplex.messages import (
 from omni_duplex.session import SessionRunner, _Close
 
 if TYPE_CHECKING:
-    from omni_core.sampling import SamplingParams
+    from omni_core import SamplingParams
 
     from omni_duplex.config import DuplexSection
     from omni_duplex.model import DuplexModel

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-from omni_core.messages import EngineMessage
+from omni_core.extend import EngineMessage
 
 
 class DuplexMessage(EngineMessage):

@@ -14,15 +14,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from omni_core.errors import ConfigError, PluginConflictError, PluginError
+from omni_core import ConfigError, PluginConflictError, PluginError
 
 from omni_duplex.config import WIRE_SAMPLE_RATE
 
 if TYPE_CHECKING:
-    from omni_core import PluginHost
-    from omni_core.outputs import OmniRequestOutput
-    from omni_core.sampling import SamplingParams
-    from omni_core.views import PipelineView
+    from omni_core import OmniRequestOutput, SamplingParams
+    from omni_core.plugin import PipelineView, PluginHost
 
     from omni_duplex.config import DuplexSection, SessionConfig
 
@@ -137,7 +135,7 @@ class TinyOmniModel(DuplexModel):
         return ResponsePlan(prompt, params, None if wants_audio else ["text"])
 
     def project(self, output: OmniRequestOutput) -> list[Delta]:
-        from omni_core.media import AudioChunk
+        from omni_core.extend import AudioChunk
 
         deltas = []
         if output.output_type == "text" and output.text and not output.finish_reason == "abort":

@@ -16,18 +16,17 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from omni_core.errors import StageUnavailableError
-from omni_core.orchestrator.base import OrchestratorBase
+from omni_core import StageUnavailableError
+from omni_core.extend import OrchestratorBase
 
 from omni_duplex.errors import DuplexError
 from omni_duplex.manager import SessionManager
 from omni_duplex.messages import DuplexMessage
 
 if TYPE_CHECKING:
-    from omni_core.messages import EngineMessage
-    from omni_core.outputs import ErrorInfo
-    from omni_core.sampling import SamplingParams
-    from omni_core.views import RequestView
+    from omni_core import ErrorInfo, SamplingParams
+    from omni_core.extend import EngineMessage
+    from omni_core.plugin import RequestView
 
     from omni_duplex.config import DuplexSection
     from omni_duplex.model import DuplexModel, ResponsePlan

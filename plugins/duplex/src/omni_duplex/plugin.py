@@ -9,18 +9,18 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import pluggy
-from omni_core import hookimpl
-from omni_core.plugin.types import (
+from omni_core.plugin import (
     Benchmark,
     CliGroup,
     ConfigSection,
     EngineKind,
     PipelineSpec,
     ServerRoute,
+    hookimpl,
 )
 
 if TYPE_CHECKING:
-    from omni_core.config.pipeline import PipelineConfig
+    from omni_core import PipelineConfig
 
     from omni_duplex.model import DuplexModelSpec
 
@@ -63,7 +63,7 @@ def _tiny_omni_duplex() -> PipelineConfig:
     from importlib import resources
 
     import yaml
-    from omni_core.config.pipeline import PipelineConfig
+    from omni_core import PipelineConfig
 
     text = resources.files("omni_core.pipelines").joinpath("tiny-omni.yaml").read_text()
     data: dict[str, Any] = yaml.safe_load(text)

@@ -23,7 +23,7 @@ from omni_duplex.lease import Lease
 from omni_duplex.model import ResponseContext, UserTurn
 
 if TYPE_CHECKING:
-    from omni_core.outputs import OmniRequestOutput
+    from omni_core import OmniRequestOutput
 
     from omni_duplex.config import SessionConfig
     from omni_duplex.manager import SessionManager

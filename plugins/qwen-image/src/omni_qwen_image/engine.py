@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from omni_core.errors import RequestError
-from omni_core.kinds.torch_kind import StageOutput, TorchStageEngine, error_output
+from omni_core import RequestError, StageOutput
+from omni_core.extend import TorchStageEngine, error_output
 from omni_qwen_image.kind import DiffusersArgs, checked_options
 
 logger = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ class DiffusersEngine(TorchStageEngine):
         from diffusers import QwenImagePipeline
         from diffusers.utils import logging as df_logging
 
-        from omni_core.kinds.torch_kind import default_plane
+        from omni_core.extend import default_plane
 
         self.args = DiffusersArgs.model_validate(config["args"])
         self.stage = config.get("stage", "diffusers")
@@ -275,7 +275,7 @@ class DiffusersEngine(TorchStageEngine):
         return comb * (own_norm / torch.norm(comb, dim=-1, keepdim=True))
 
     def _step_one(self, rid: str, sample: Sample, noise: Any) -> StageOutput | None:
-        from omni_core.media import Image
+        from omni_core.extend import Image
 
         t = sample.timesteps[sample.k]
         sigma = sample.scheduler.sigmas[sample.scheduler.step_index or 0]
