@@ -10,9 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from omni_core.kinds.torch_kind import process_client, resolve_model
-from omni_core.stage.client import StageContext
-from omni_core.stage.process import ProcessStageClient
+from omni_core.extend import ProcessStageClient, StageContext, process_client, resolve_model
 
 SECTION = "diffusers"  # a request's options: SamplingParams.extra["diffusers"]
 MULTIPLE = 16  # Qwen-Image's height and width: multiples of 2 * the VAE's scale factor (8)
@@ -121,8 +119,8 @@ def request_options(extra: dict[str, Any]) -> DiffusersOptions:
     section and field."""
     from pydantic import ValidationError
 
-    from omni_core.errors import RequestError
-    from omni_core.media import IMAGE_OPTIONS
+    from omni_core import RequestError
+    from omni_core.extend import IMAGE_OPTIONS
 
     merged: dict[str, Any] = {}
     model: type[BaseModel]
@@ -145,8 +143,8 @@ def checked_options(
     with these ``args`` (the options over the stage's own). Past the stage's ``max_side`` or
     ``max_pixels``: one RequestError (400) naming the fields and the limit. Cheap: runs at
     admission, before anything is allocated (and again in the replica)."""
-    from omni_core.errors import RequestError
-    from omni_core.media import IMAGE_OPTIONS
+    from omni_core import RequestError
+    from omni_core.extend import IMAGE_OPTIONS
 
     options = request_options(extra)
     height = options.height or args.height
@@ -184,7 +182,7 @@ def require_diffusers(where: str) -> None:
     is not a declared dependency: pip must not resolve it against the CPU torch)."""
     import importlib.util
 
-    from omni_core.errors import ConfigError
+    from omni_core import ConfigError
 
     if importlib.util.find_spec("diffusers") is None:
         raise ConfigError([f"{where} needs diffusers, which is not installed: {INSTALL}"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 from typing import Any
 
-from omni_core.config.pipeline import PipelineConfig
+from omni_core import PipelineConfig
 from omni_qwen_image.build import ENCODER_DIR, PROMPT_TEMPLATE, TEMPLATE_PREFIX_TOKENS
 
 PIPELINE = "qwen-image"

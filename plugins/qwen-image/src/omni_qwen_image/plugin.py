@@ -9,17 +9,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from omni_core import hookimpl
-from omni_core.models.tiny import packaged_checksums
-from omni_core.plugin.types import Bridge, ModelSpec, PipelineSpec, StageKind
+from omni_core.extend import packaged_checksums
+from omni_core.plugin import Bridge, ModelSpec, PipelineSpec, StageKind, hookimpl
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from omni_core.config.pipeline import PipelineConfig
-    from omni_core.plugin.types import Admission
-    from omni_core.sampling import SamplingParams
-    from omni_core.views import OrchestratorPort, RequestView
+    from omni_core import PipelineConfig, SamplingParams
+    from omni_core.plugin import Admission, OrchestratorPort, RequestView
 
 OMNI_PLUGIN_API_VERSION = 2
 

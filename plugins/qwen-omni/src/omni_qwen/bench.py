@@ -29,10 +29,8 @@ import time
 import types
 from typing import Any
 
-from omni_core import AsyncOmniEngine, OmniSettings, PluginHost, hookimpl
-from omni_core.bench.orchestration import CheckFailed, Row
-from omni_core.config.pipeline import PipelineConfig
-from omni_core.plugin import PLUGIN_API_VERSION
+from omni_core import AsyncOmniEngine, OmniSettings, PipelineConfig
+from omni_core.plugin import PLUGIN_API_VERSION, CheckFailed, PluginHost, Row, hookimpl
 from omni_qwen.pipelines import TINY_MODEL, omni_pipeline
 
 BENCH = "qwen-omni"

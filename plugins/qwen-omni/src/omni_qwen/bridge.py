@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from omni_core.outputs import StageResult
+from omni_core import StageResult
 
 
 def thinker_to_talker(

@@ -131,7 +131,7 @@ def corpus() -> list[str]:
 def build_tokenizer() -> Any:
     from transformers import Qwen2TokenizerFast
 
-    from omni_core.models.tiny import train_qwen2_bpe
+    from omni_core.extend import train_qwen2_bpe
 
     tok = train_qwen2_bpe(corpus(), BPE_VOCAB)
     if tok.get_vocab_size() != BPE_VOCAB:

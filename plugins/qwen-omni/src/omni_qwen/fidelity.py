@@ -144,10 +144,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     model_dir = args.model
     if model_dir is None:
-        from omni_core.config.settings import Settings
-        from omni_core.models import ensure_model
+        from omni_core import OmniSettings
+        from omni_core.extend import resolve_model
 
-        model_dir = ensure_model("tiny-qwen2.5-omni", Settings().cache_dir)
+        model_dir = resolve_model("tiny-qwen2.5-omni", OmniSettings().cache_dir)
     torch.set_num_threads(1)
     model, _ = load_token2wav(Path(model_dir))
     if args.coupled is not None:

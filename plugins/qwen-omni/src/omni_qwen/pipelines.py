@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from omni_core.config.pipeline import PipelineConfig
+from omni_core import PipelineConfig
 from omni_qwen import compat
 
 THINKER_PIPELINE = "qwen2.5-omni-thinker"

@@ -9,15 +9,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from omni_core import hookimpl
-from omni_core.models.tiny import packaged_checksums
-from omni_core.plugin.types import Benchmark, Bridge, ModelSpec, PipelineSpec
+from omni_core.extend import packaged_checksums
+from omni_core.plugin import Benchmark, Bridge, ModelSpec, PipelineSpec, hookimpl
 
 if TYPE_CHECKING:
     from pathlib import Path
     from typing import Any
 
-    from omni_core.config.pipeline import PipelineConfig
+    from omni_core import PipelineConfig
 
 OMNI_PLUGIN_API_VERSION = 2
 

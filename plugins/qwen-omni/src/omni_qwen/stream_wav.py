@@ -29,7 +29,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from omni_core.errors import ConfigError
+from omni_core import ConfigError
 
 logger = logging.getLogger(__name__)
 

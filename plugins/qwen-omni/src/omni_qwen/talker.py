@@ -51,8 +51,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from omni_core.errors import ConfigError, RequestError
-from omni_core.kinds.torch_kind import StageOutput, TorchStageEngine, error_output
+from omni_core import ConfigError, RequestError, StageOutput
+from omni_core.extend import TorchStageEngine, error_output
 from omni_qwen.checkpoint import (
     ImageGrid,
     generation_config,

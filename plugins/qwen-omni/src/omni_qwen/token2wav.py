@@ -54,8 +54,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from omni_core.errors import ConfigError, OmniError, RequestError
-from omni_core.kinds.torch_kind import StageOutput, TorchStageEngine, error_output
+from omni_core import ConfigError, OmniError, RequestError, StageOutput
+from omni_core.extend import TorchStageEngine, error_output
 from omni_qwen.stream_wav import ChunkSynth, StreamDecoder, StreamOptions
 
 logger = logging.getLogger(__name__)
@@ -111,7 +111,7 @@ class Token2WavEngine(TorchStageEngine):
     def __init__(self, config: dict[str, Any]) -> None:
         import torch
 
-        from omni_core.kinds.torch_kind import default_plane
+        from omni_core.extend import default_plane
 
         try:
             self.options = Token2WavOptions.model_validate(config.get("options") or {})
@@ -246,7 +246,7 @@ class Token2WavEngine(TorchStageEngine):
         return wave.reshape(-1).to(torch.float32).numpy()
 
     def _finish(self, rid: str, state: _Utterance) -> StageOutput:
-        from omni_core.media import AudioChunk
+        from omni_core.extend import AudioChunk
 
         started = time.perf_counter()
         wave = self.synthesize(state.codes, state.speaker, state.seed)
@@ -268,7 +268,7 @@ class Token2WavEngine(TorchStageEngine):
     def _chunk(self, rid: str, state: _Utterance) -> StageOutput:
         """The next chunk of a streamed utterance (its waveform; ``token_ids``: the codes whose
         decoding it completed)."""
-        from omni_core.media import AudioChunk
+        from omni_core.extend import AudioChunk
 
         assert state.decoder is not None
         started = time.perf_counter()

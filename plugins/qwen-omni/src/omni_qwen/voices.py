@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from omni_core.errors import RequestRejected
-from omni_core.kinds.torch_kind import stage_model
+from omni_core import RequestRejected
+from omni_core.extend import stage_model
 
 # the engines whose stages take params.extra["voice"] (torch kind's engine_args.engine)
 VOICED_ENGINES = ("omni_qwen.talker:build", "omni_qwen.token2wav:build")

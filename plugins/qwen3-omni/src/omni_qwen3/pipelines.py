@@ -10,7 +10,7 @@ from typing import Any
 
 from omni_qwen import compat
 
-from omni_core.config.pipeline import PipelineConfig
+from omni_core import PipelineConfig
 
 THINKER_PIPELINE = "qwen3-omni-thinker"
 TINY_MODEL = "tiny-qwen3-omni"
