@@ -1,30 +1,27 @@
 """What the worst legal request of each kind costs ``omni serve`` (issue 24's "Must show").
 
-Starts ``omni serve PIPELINE`` (default ``qwen2.5-omni``: the tiny checkpoint is built on first
-use in ``$OMNI_CACHE_DIR``) on a free loopback port, then sends, one at a time:
+Starts ``omni serve PIPELINE`` (default ``qwen2.5-omni``; the tiny checkpoint is built on first
+use in ``$OMNI_CACHE_DIR``) on a free loopback port and sends, one at a time: the longest legal
+audio part (``OMNI_MAX_AUDIO_SECONDS`` of 16-bit WAV at 8 kHz, resampled to 16 kHz, or what fits
+the body limit), the largest legal image (a solid RGB PNG of ``OMNI_MAX_IMAGE_PIXELS``), the
+longest legal prompt (``OMNI_MAX_PROMPT_CHARS``; refused later for ``max_model_len``), then the
+issue's attacks, now illegal: a 1 Hz WAV (2.9 KB), a 9000 x 9000 PNG (13 KB), a 15 MiB prompt.
 
-* the longest legal audio part: ``OMNI_MAX_AUDIO_SECONDS`` of 16-bit mono WAV at 8 kHz (resampled
-  to the thinker's 16 kHz), or as many seconds as fit the body limit;
-* the largest legal image: a solid RGB PNG of at most ``OMNI_MAX_IMAGE_PIXELS`` (4096 x 4096 by
-  default, ~50 KB);
-* the longest legal prompt: ``OMNI_MAX_PROMPT_CHARS`` characters (vLLM then refuses it for
-  ``max_model_len``: the point is what the server pays before that);
-* the issue's attack inputs, now illegal: a 1 Hz WAV header (2.9 KB), a 9000 x 9000 1-bit PNG
-  (~10 KB), a 15 MiB prompt.
-
-For each: the HTTP status, the wall time, the RSS of the server's process tree (the server and
-its stage processes, summed from ``/proc/<pid>/status``) retained after the request and at its
-peak (``VmHWM``, reset through ``/proc/<pid>/clear_refs`` before each request), and ``/health``'s
-latency p50 / max sampled every 20 ms from a second connection while the request is in flight.
-Linux only. ``python examples/worst_requests.py [--pipeline NAME] [--json FILE]``.
+For each: HTTP status, wall time, the RSS of the server's process tree (server and stage
+processes, from ``/proc/<pid>/status``) retained after the request and at its peak (``VmHWM``,
+reset through ``/proc/<pid>/clear_refs`` first), and ``/health``'s latency p50 / max, sampled
+every 20 ms on a second connection while the request is in flight. Linux only.
+``python examples/worst_requests.py [--pipeline NAME] [--repeat N] [--json FILE]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import json
 import os
+import re
 import socket
 import statistics
 import struct
@@ -39,9 +36,6 @@ from typing import Any
 import httpx
 
 MIB = 1 << 20
-
-
-# -- payloads -------------------------------------------------------------------------------------
 
 
 def wav(rate: int, samples: int) -> bytes:
@@ -69,20 +63,20 @@ def png(width: int, height: int, rgb: bool = True) -> bytes:
     )
 
 
-def audio_part(raw: bytes) -> dict[str, Any]:
-    return {
-        "type": "input_audio",
-        "input_audio": {"data": base64.b64encode(raw).decode(), "format": "wav"},
-    }
+def chat(*parts: dict[str, Any], text: str = "hi") -> dict[str, Any]:
+    """A chat body: one user message, its media ``parts`` then ``text``."""
+    content = [*parts, {"type": "text", "text": text}]
+    return {"model": "m", "messages": [{"role": "user", "content": content}], "max_tokens": 4}
 
 
-def image_part(raw: bytes) -> dict[str, Any]:
+def audio(raw: bytes) -> dict[str, Any]:
+    data = base64.b64encode(raw).decode()
+    return {"type": "input_audio", "input_audio": {"data": data, "format": "wav"}}
+
+
+def image(raw: bytes) -> dict[str, Any]:
     url = "data:image/png;base64," + base64.b64encode(raw).decode()
     return {"type": "image_url", "image_url": {"url": url}}
-
-
-def chat(content: Any) -> dict[str, Any]:
-    return {"model": "m", "messages": [{"role": "user", "content": content}], "max_tokens": 4}
 
 
 def cases(settings: Any) -> list[tuple[str, dict[str, Any]]]:
@@ -92,26 +86,14 @@ def cases(settings: Any) -> list[tuple[str, dict[str, Any]]]:
     side = int(settings.max_image_pixels**0.5)
     text = "word " * (settings.max_prompt_chars // 5)
     return [
-        ("warm-up: 'hi'", chat("hi")),
-        (
-            f"audio {seconds:g} s at 8 kHz",
-            chat([audio_part(wav(8000, int(seconds * 8000))), {"type": "text", "text": "hi"}]),
-        ),
-        (
-            f"image {side}x{side} RGB PNG",
-            chat([image_part(png(side, side)), {"type": "text", "text": "hi"}]),
-        ),
-        (f"prompt {len(text):,} chars", chat(text)),
-        ("illegal: 1 Hz WAV", chat([audio_part(wav(1, 1430)), {"type": "text", "text": "hi"}])),
-        (
-            "illegal: 9000x9000 PNG",
-            chat([image_part(png(9000, 9000, rgb=False)), {"type": "text", "text": "hi"}]),
-        ),
-        ("illegal: 15 MiB prompt", chat("x" * (15 * MIB))),
+        ("warm-up: 'hi'", chat()),
+        (f"audio {seconds:g} s at 8 kHz", chat(audio(wav(8000, int(seconds * 8000))))),
+        (f"image {side}x{side} RGB PNG", chat(image(png(side, side)))),
+        (f"prompt {len(text):,} chars", chat(text=text)),
+        ("illegal: 1 Hz WAV", chat(audio(wav(1, 1430)))),
+        ("illegal: 9000x9000 PNG", chat(image(png(9000, 9000, rgb=False)))),
+        ("illegal: 15 MiB prompt", chat(text="x" * (15 * MIB))),
     ]
-
-
-# -- the server's process tree --------------------------------------------------------------------
 
 
 def tree(root: int) -> list[int]:
@@ -133,31 +115,35 @@ def tree(root: int) -> list[int]:
     return found
 
 
-def memory(pids: list[int]) -> tuple[int, int]:
-    """Summed (VmRSS, VmHWM) of ``pids`` in bytes (processes gone meanwhile count 0)."""
-    rss = hwm = 0
+def memory(pids: list[int]) -> dict[int, tuple[int, int]]:
+    """(VmRSS, VmHWM) in bytes of each of ``pids`` still alive."""
+    found = {}
     for pid in pids:
         try:
             lines = Path(f"/proc/{pid}/status").read_text().splitlines()
         except OSError:
             continue
-        for line in lines:
-            if line.startswith("VmRSS:"):
-                rss += int(line.split()[1]) * 1024
-            elif line.startswith("VmHWM:"):
-                hwm += int(line.split()[1]) * 1024
-    return rss, hwm
+        kib = {x[:5]: int(x.split()[1]) for x in lines if x.startswith(("VmRSS", "VmHWM"))}
+        found[pid] = (kib.get("VmRSS", 0) * 1024, kib.get("VmHWM", 0) * 1024)
+    return found
+
+
+def label(pid: int, root: int) -> str:
+    """ "server", a stage process's stage name, or the process's name."""
+    if pid == root:
+        return "server"
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_text()
+        name = re.search(r'"(?:stage_name|stage|name)": "([^"]+)"', cmdline)
+        return name.group(1) if name else Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return str(pid)
 
 
 def reset_peaks(pids: list[int]) -> None:
     for pid in pids:
-        try:
+        with contextlib.suppress(OSError):
             Path(f"/proc/{pid}/clear_refs").write_text("5")
-        except OSError:
-            pass
-
-
-# -- measuring ------------------------------------------------------------------------------------
 
 
 def free_port() -> int:
@@ -174,20 +160,19 @@ def start(pipeline: str, port: int, log: Path) -> subprocess.Popen[bytes]:
     while time.monotonic() < deadline:
         if server.poll() is not None:
             raise SystemExit(f"omni serve exited {server.returncode}; see {log}")
-        try:
+        with contextlib.suppress(httpx.HTTPError):
             if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
                 return server
-        except httpx.HTTPError:
-            pass
         time.sleep(1)
     server.terminate()
     raise SystemExit(f"omni serve not healthy within 900 s; see {log}")
 
 
-def measure(base: str, root: int, body: dict[str, Any]) -> dict[str, Any]:
+def measure(base: str, root: int, body: dict[str, Any] | None) -> dict[str, Any]:
     pids = tree(root)
     reset_peaks(pids)
-    rss_before, _ = memory(pids)
+    before = memory(pids)
+    labels = {pid: label(pid, root) for pid in pids}
     done = threading.Event()
     health: list[float] = []
 
@@ -204,28 +189,33 @@ def measure(base: str, root: int, body: dict[str, Any]) -> dict[str, Any]:
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     time.sleep(0.1)
-    payload = json.dumps(body).encode()
+    payload = json.dumps(body).encode() if body else b""
     begin = time.monotonic()
-    response = httpx.post(
-        base + "/v1/chat/completions",
-        content=payload,
-        headers={"content-type": "application/json"},
-        timeout=600,
-    )
+    if body is None:  # the baseline: /health alone, 2 s
+        time.sleep(2)
+        response = httpx.Response(200)
+    else:
+        headers = {"content-type": "application/json"}
+        response = httpx.post(
+            f"{base}/v1/chat/completions", content=payload, headers=headers, timeout=600
+        )
     wall = time.monotonic() - begin
     done.set()
     sampler.join(60)
-    pids = tree(root)
-    rss_after, hwm = memory(pids)
+    after = memory(tree(root))
+    rss_before = sum(rss for rss, _ in before.values())
+    growth = {p: hwm - before.get(p, (0, 0))[0] for p, (_, hwm) in after.items()}
+    top = max(growth, key=growth.__getitem__)
     error = response.json().get("error", {}) if response.status_code >= 400 else {}
     return {
         "status": response.status_code,
         "body_bytes": len(payload),
         "wall_s": round(wall, 3),
-        "rss_retained_mib": round((rss_after - rss_before) / MIB, 1),
-        "rss_peak_mib": round((hwm - rss_before) / MIB, 1),
-        "health_p50_ms": round(statistics.median(health) * 1000, 1) if health else None,
-        "health_max_ms": round(max(health) * 1000, 1) if health else None,
+        "rss_retained_mib": round((sum(r for r, _ in after.values()) - rss_before) / MIB, 1),
+        "rss_peak_mib": round((sum(h for _, h in after.values()) - rss_before) / MIB, 1),
+        "peak_most": f"{labels.get(top, label(top, root))} +{growth[top] / MIB:.0f} MiB",
+        "health_p50_ms": round(statistics.median(health or [0]) * 1000, 1),
+        "health_max_ms": round(max(health or [0]) * 1000, 1),
         "health_samples": len(health),
         "error": str(error.get("message", ""))[:160],
     }
@@ -236,6 +226,7 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pipeline", default="qwen2.5-omni")
+    parser.add_argument("--repeat", type=int, default=1, help="send each request N times")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--log", type=Path, default=Path("worst_requests.server.log"))
     args = parser.parse_args(argv)
@@ -243,20 +234,27 @@ def main(argv: list[str] | None = None) -> int:
     server = start(args.pipeline, port, args.log)
     results = []
     try:
+        model = httpx.get(f"http://127.0.0.1:{port}/v1/models").json()["data"][0]["id"]
+        todo: list[tuple[str, Any]] = [("idle (no request)", None)]
         for name, body in cases(OmniSettings()):
+            body["model"] = model
+            todo += [
+                (f"{name} #{i + 1}" if args.repeat > 1 else name, body) for i in range(args.repeat)
+            ]
+        for name, body in todo:
             row = {"case": name, **measure(f"http://127.0.0.1:{port}", server.pid, body)}
             results.append(row)
             print(json.dumps(row), flush=True)
     finally:
         server.terminate()
         server.wait(60)
-    print("\n| request | body | status | wall | RSS retained / peak | /health p50 / max (n) |")
-    print("|---|---|---|---|---|---|")
+    print("\n| request | body | status | wall | RSS retained / peak (most: where) |", end="")
+    print(" /health p50 / max (n) |\n|---|---|---|---|---|---|")
     for r in results:
         print(
             f"| {r['case']} | {r['body_bytes'] / MIB:.2f} MiB | {r['status']} "
             f"| {r['wall_s']:.2f} s "
-            f"| {r['rss_retained_mib']:+.0f} / {r['rss_peak_mib']:+.0f} MiB "
+            f"| {r['rss_retained_mib']:+.0f} / {r['rss_peak_mib']:+.0f} MiB ({r['peak_most']}) "
             f"| {r['health_p50_ms']} / {r['health_max_ms']} ms ({r['health_samples']}) |"
         )
     if args.json:

@@ -1,0 +1,252 @@
+"""omni-core's public API, declared once: the names each audience imports, and from where.
+
+Three tiers, each building on the one before, plus the testing kit:
+
+* **embedders** (``omni_core``): build and drive an engine, its configuration, sampling
+  parameters, outputs and errors;
+* **hook authors** (``omni_core.plugin``): :data:`~omni_core.plugin.hookimpl`, the types the
+  registration and decision hooks return, the views and the port the lifecycle hooks receive,
+  the plugin host and its queries;
+* **stage-kind and engine-kind authors** (``omni_core.extend``): stage clients, the torch
+  kind's engine API, the loop inbox, the data plane, media and tiny-model helpers, the bases of
+  an engine kind;
+* **the testing kit** (``omni_core.testing`` and its submodules).
+
+A tier maps each of its public modules to ``{name: the module that defines it}``. Everything
+else derives from :data:`TIERS`: ``omni_core.__all__`` (the embedders' ``omni_core`` names),
+``omni_core.plugin`` and ``omni_core.extend`` (lazy re-exports), the public-API checker
+(:mod:`omni_core.testing.public_api` accepts an import of a manifest name from its public module
+only) and the API reference's public-names page. Older import paths (``omni_core.views``,
+``omni_core.kinds.torch_kind``, ...) still import, but they are not public: the checker refuses
+them and names the public module instead.
+
+This module imports nothing of omni-core: reading the manifest is free.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+__all__ = ["TIERS", "Tier", "home_of", "lazy_exports", "names_of", "public_modules", "tier_of"]
+
+
+@dataclass(frozen=True, slots=True)
+class Tier:
+    """One audience's public names: ``modules`` maps each public module (the first is the
+    tier's own) to ``{name: the module defining it}``."""
+
+    audience: str
+    modules: Mapping[str, Mapping[str, str]]
+
+    @property
+    def module(self) -> str:
+        """The tier's own module (``omni_core``, ``omni_core.plugin``, ...)."""
+        return next(iter(self.modules))
+
+
+def _from(home: str, *names: str) -> dict[str, str]:
+    return dict.fromkeys(names, home)
+
+
+EMBEDDERS = Tier(
+    "embedders",
+    {
+        "omni_core": {
+            **_from("omni_core.engine.factory", "create_engine", "create_engine_async"),
+            **_from("omni_core.engine.sync_engine", "OmniEngine"),
+            **_from("omni_core.engine.async_engine", "AsyncOmniEngine"),
+            **_from("omni_core.config.pipeline", "PipelineConfig", "StageConfig", "InputEdge"),
+            **_from("omni_core.config.settings", "OmniSettings"),
+            **_from("omni_core.sampling", "SamplingParams"),
+            **_from(
+                "omni_core.outputs",
+                "OmniRequestOutput",
+                "StageOutput",
+                "StageResult",
+                "ErrorInfo",
+                "AbortResult",
+            ),
+            **_from(
+                "omni_core.errors",
+                "OmniError",
+                "ConfigError",
+                "EngineDeadError",
+                "PluginConflictError",
+                "PluginError",
+                "PluginLoadError",
+                "ReplicaDeadError",
+                "RequestError",
+                "RequestRejected",
+                "RpcError",
+                "StageUnavailableError",
+                "StartupError",
+            ),
+        },
+        "omni_core.cli": _from("omni_core.cli", "main"),
+        "omni_core.serve.ray_serve": _from("omni_core.serve.ray_serve", "omni_app"),
+    },
+)
+
+HOOK_AUTHORS = Tier(
+    "hook authors",
+    {
+        "omni_core.plugin": {
+            **_from(
+                "omni_core.plugin",
+                "hookimpl",
+                "hookspec",
+                "PLUGIN_API_VERSION",
+                "ENTRY_POINT_GROUP",
+            ),
+            **_from(
+                "omni_core.plugin.types",
+                "StageKind",
+                "Bridge",
+                "PipelineSpec",
+                "ModelSpec",
+                "EngineKind",
+                "ConfigSection",
+                "CliGroup",
+                "RunOption",
+                "ServerRoute",
+                "Benchmark",
+                "Companion",
+                "Admission",
+                "ForwardGate",
+            ),
+            **_from(
+                "omni_core.views",
+                "PipelineView",
+                "RequestView",
+                "StageView",
+                "StageState",
+                "OrchestratorPort",
+            ),
+            **_from("omni_core.plugin.hooks", "PluginHost"),
+            **_from("omni_core.plugin.manager", "create_plugin_manager"),
+            **_from("omni_core.plugin.scope", "PER_PIPELINE_HOOKS", "active_plugins"),
+            **_from("omni_core.pipelines", "packaged_pipeline"),
+            **_from("omni_core.cli.app", "report_error"),
+            **_from("omni_core.bench.orchestration", "Row", "CheckFailed"),
+        },
+    },
+)
+
+EXTENDERS = Tier(
+    "stage-kind and engine-kind authors",
+    {
+        "omni_core.extend": {
+            **_from(
+                "omni_core.stage.client",
+                "StageClient",
+                "PushingStageClient",
+                "OutputSink",
+                "StageContext",
+                "StageRequest",
+            ),
+            **_from("omni_core.stage.local", "LocalStageClient"),
+            **_from("omni_core.stage.process", "ProcessStageClient"),
+            **_from("omni_core.stage.inbox", "LoopInbox", "Turn"),
+            **_from("omni_core.stage.worker", "WorkerEngine", "error_output"),
+            **_from(
+                "omni_core.kinds.torch_kind",
+                "TorchStageEngine",
+                "TorchArgs",
+                "default_plane",
+                "process_client",
+                "resolve_model",
+                "stage_model",
+            ),
+            **_from(
+                "omni_core.kinds.vllm_session",
+                "ResumableSession",
+                "PromptTooLongError",
+                "build_engine",
+                "refusal",
+                "stop_now_processor",
+            ),
+            **_from("omni_core.outputs", "HiddenStates"),
+            **_from("omni_core.media", "AudioChunk", "Image", "IMAGE_OPTIONS"),
+            **_from("omni_core.models.tiny", "packaged_checksums", "train_qwen2_bpe"),
+            **_from("omni_core.engine.base", "OmniEngineBase"),
+            **_from("omni_core.engine.channel", "RequestStream"),
+            **_from("omni_core.orchestrator.base", "OrchestratorBase"),
+            **_from("omni_core.orchestrator.turn", "Orchestrator"),
+            **_from("omni_core.messages", "EngineMessage"),
+        },
+    },
+)
+
+TESTING = Tier(
+    "plugin tests (the testing kit)",
+    {
+        "omni_core.testing": _from(
+            "omni_core.testing.scripted_core", "ScriptedArgs", "prompt_tokens", "scripted_token"
+        ),
+        "omni_core.testing.fixtures": _from(
+            "omni_core.testing.fixtures",
+            "make_engine",
+            "fake_entry_points",
+            "plugin_host",
+            "omni_settings",
+            "FakeEntryPoints",
+        ),
+        "omni_core.testing.server": _from("omni_core.testing.server", "running_server"),
+        "omni_core.testing.public_api": _from(
+            "omni_core.testing.public_api", "public_api_violations"
+        ),
+    },
+)
+
+TIERS: tuple[Tier, ...] = (EMBEDDERS, HOOK_AUTHORS, EXTENDERS, TESTING)
+"""Every public name of omni-core, per audience."""
+
+_BY_MODULE: Mapping[str, Mapping[str, str]] = MappingProxyType(
+    {module: MappingProxyType(dict(names)) for t in TIERS for module, names in t.modules.items()}
+)
+
+
+def public_modules() -> frozenset[str]:
+    """Every module a plugin may import from (each only for its manifest names)."""
+    return frozenset(_BY_MODULE)
+
+
+def names_of(module: str) -> Mapping[str, str]:
+    """``{name: defining module}`` of a public module (empty for any other module)."""
+    return _BY_MODULE.get(module, MappingProxyType({}))
+
+
+def home_of(name: str) -> list[str]:
+    """The public modules ``name`` is imported from (a migration hint for an old path)."""
+    return [module for module, names in _BY_MODULE.items() if name in names]
+
+
+def tier_of(module: str) -> Tier | None:
+    """The tier a public module belongs to."""
+    return next((t for t in TIERS if module in t.modules), None)
+
+
+def lazy_exports(
+    module: str, namespace: dict[str, Any], also: Mapping[str, str] | None = None
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """PEP 562 ``__getattr__`` and ``__dir__`` for a tier's module: each manifest name of
+    ``module`` (and each of ``also``: ``{name: defining module}``, old names kept importable) is
+    imported from its defining module on first access and cached in ``namespace``."""
+    homes = {**(also or {}), **names_of(module)}
+
+    def __getattr__(name: str) -> Any:
+        home = homes.get(name)
+        if home is None:
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(home), name)
+        namespace[name] = value
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted(set(namespace) | set(homes))
+
+    return __getattr__, __dir__
