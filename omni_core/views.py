@@ -10,14 +10,17 @@ on the per-token path), so they are read-only by contract. Writing to anything r
 view is unsupported; change state through the port.
 
 Everything here is used on the orchestrator thread (the hooks fire there); a view must not be
-kept and read from another thread. :data:`PUBLIC_MODULES` lists the omni-core modules a plugin
-may import; ``tests/plugin/test_public_api.py`` holds first-party plugins to it.
+kept and read from another thread. Hook authors import these from :mod:`omni_core.plugin` (the
+public API's tiers: :mod:`omni_core.public`; ``tests/plugin/test_public_api.py`` holds
+first-party plugins to them).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Coroutine, Mapping, Sequence, Set
 from typing import TYPE_CHECKING, Any, Protocol
+
+from omni_core.public import public_modules
 
 if TYPE_CHECKING:
     import asyncio
@@ -38,39 +41,9 @@ __all__ = [
     "StageView",
 ]
 
-PUBLIC_MODULES: frozenset[str] = frozenset(
-    {
-        "omni_core",  # the names in omni_core.__all__
-        "omni_core.views",  # these views and the port
-        "omni_core.plugin",  # hookimpl, hookspec (for a plugin's own hookspecs), API version
-        "omni_core.plugin.types",  # what registration and decision hooks return
-        "omni_core.errors",
-        "omni_core.outputs",
-        "omni_core.sampling",
-        "omni_core.media",
-        "omni_core.models.tiny",  # building blocks of a deterministic tiny-model builder
-        "omni_core.config.pipeline",  # PipelineConfig, StageConfig, InputEdge
-        "omni_core.stage.client",  # StageClient, StageContext, StageRequest: stage kinds
-        "omni_core.stage.local",  # LocalStageClient: in-process stage kinds
-        "omni_core.stage.inbox",  # LoopInbox: engine threads' hand-over to the orchestrator loop
-        "omni_core.stage.process",  # ProcessStageClient: stage kinds in a process of their own
-        "omni_core.stage.worker",  # WorkerEngine, error_output: the engine in that process
-        "omni_core.kinds.torch_kind",  # the torch kind's engine API (docs/stages.md)
-        "omni_core.kinds.vllm_session",  # resumable vLLM requests (docs/stages.md)
-        "omni_core.engine.base",  # OmniEngineBase: engine kinds
-        "omni_core.engine.channel",  # RequestStream: an engine kind's caller streams
-        "omni_core.orchestrator.base",  # OrchestratorBase: an engine kind's orchestrator
-        "omni_core.messages",  # EngineMessage: an engine kind's own messages
-        "omni_core.testing",  # the testing kit
-        "omni_core.testing.fixtures",  # its fixtures, FakeEntryPoints (docs/plugins.md)
-        "omni_core.testing.server",  # running_server: a plugin's routes under omni serve's app
-        "omni_core.testing.public_api",  # public_api_violations: this very check, in a test
-        "omni_core.cli",  # main(argv) -> int: run an omni command from a script or a test
-        "omni_core.cli.app",  # report_error: a CLI group's error output
-        "omni_core.bench.orchestration",  # Row, CheckFailed: a benchmark's results
-    }
-)
-"""omni-core modules (and their submodules only where listed) a plugin may import."""
+PUBLIC_MODULES: frozenset[str] = public_modules()
+"""The modules a plugin may import from, each for its manifest names only (derived from
+:data:`omni_core.public.TIERS`; kept for plugins that read it)."""
 
 
 class StageState(Protocol):

@@ -1,8 +1,65 @@
-"""The plugin system: markers, manager factory, typed hook facade and plugin types."""
+"""The plugin system, and the public names of hook authors (the manifest's hook-author tier,
+:mod:`omni_core.public`): the markers and API version defined here, then, imported lazily, the
+types the registration and decision hooks return, the views and the port lifecycle hooks
+receive, the plugin host, :func:`~omni_core.pipelines.packaged_pipeline`, a CLI group's
+:func:`~omni_core.cli.app.report_error` and a benchmark's ``Row`` / ``CheckFailed``::
 
+    from omni_core.plugin import Admission, PipelineView, RequestView, hookimpl
+"""
+
+# ruff: noqa: F401  (the TYPE_CHECKING imports are the lazy re-exports, for type checkers)
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pluggy
+
+from omni_core.public import lazy_exports, names_of
+
+if TYPE_CHECKING:
+    from omni_core.bench.orchestration import (
+        CheckFailed,
+        Row,
+    )
+    from omni_core.cli.app import (
+        report_error,
+    )
+    from omni_core.pipelines import (
+        packaged_pipeline,
+    )
+    from omni_core.plugin.hooks import (
+        PluginHost,
+    )
+    from omni_core.plugin.manager import (
+        create_plugin_manager,
+    )
+    from omni_core.plugin.scope import (
+        PER_PIPELINE_HOOKS,
+        active_plugins,
+    )
+    from omni_core.plugin.types import (
+        Admission,
+        Benchmark,
+        Bridge,
+        CliGroup,
+        Companion,
+        ConfigSection,
+        EngineKind,
+        ForwardGate,
+        ModelSpec,
+        PipelineSpec,
+        RunOption,
+        ServerRoute,
+        StageKind,
+    )
+    from omni_core.views import (
+        OrchestratorPort,
+        PipelineView,
+        RequestView,
+        StageState,
+        StageView,
+    )
+
 
 PROJECT_NAME = "omni_core"
 """pluggy's project name: only impls marked with this project's :data:`hookimpl` are hooks."""
@@ -22,11 +79,6 @@ hookspec = pluggy.HookspecMarker(PROJECT_NAME)
 """Marks a hook specification: a plugin declaring hooks of its own marks them with it and adds
 them in ``omni_addhooks``."""
 
-__all__ = [
-    "ENTRY_POINT_GROUP",
-    "PLUGIN_API_VERSION",
-    "PROJECT_NAME",
-    "SUPPORTED_API_VERSIONS",
-    "hookimpl",
-    "hookspec",
-]
+__all__ = [*names_of(__name__), "PROJECT_NAME", "SUPPORTED_API_VERSIONS"]
+
+__getattr__, __dir__ = lazy_exports(__name__, globals())

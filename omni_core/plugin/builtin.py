@@ -6,10 +6,10 @@ Registered like any third-party plugin (it can even be disabled as ``builtin``).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from importlib import resources
 from pathlib import Path
 
 from omni_core.config.pipeline import PipelineConfig
+from omni_core.pipelines import PACKAGED, packaged_pipeline
 from omni_core.plugin import PLUGIN_API_VERSION, hookimpl
 from omni_core.plugin.types import Bridge, EngineKind, ModelSpec, PipelineSpec, StageKind
 
@@ -94,12 +94,11 @@ def omni_register_models() -> Iterable[ModelSpec]:
 
 def _packaged(name: str) -> PipelineSpec:
     def load() -> PipelineConfig:
-        text = resources.files("omni_core.pipelines").joinpath(f"{name}.yaml").read_text()
-        return PipelineConfig.from_yaml_text(text, source=f"<pipeline {name}>")
+        return PipelineConfig.from_dict(packaged_pipeline(name), source=f"<pipeline {name}>")
 
     return PipelineSpec(name, load, "built-in pipeline")
 
 
 @hookimpl
 def omni_register_pipelines() -> Iterable[PipelineSpec]:
-    return [_packaged(name) for name in ("scripted-chain", "tiny-omni")]
+    return [_packaged(name) for name in PACKAGED]

@@ -2,8 +2,11 @@
 
 :func:`public_api_violations` reads a package's Python files (it imports nothing) and reports
 
-* an import of an omni-core module not in :data:`omni_core.views.PUBLIC_MODULES`, and a name
-  imported from ``omni_core`` itself that is not in ``omni_core.__all__``;
+* an import from omni-core that is not a public name of the public module it is imported from
+  (the manifest, :mod:`omni_core.public`: ``from omni_core.plugin import hookimpl`` is public,
+  ``from omni_core import hookimpl`` and ``from omni_core.views import RequestView`` still
+  import but are not: the report names the public module instead), and an ``import`` of a module
+  that is not one of the manifest's public modules;
 * an import of a ``_``-prefixed name from omni-core;
 * an attribute access ``x._name`` where ``_name`` is a private name omni-core defines and the
   package itself does not (``self._cache`` of the plugin's own class is fine, ``engine._runtime``
@@ -26,14 +29,15 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import omni_core
-from omni_core.views import PUBLIC_MODULES
+from omni_core.public import home_of, names_of, public_modules
 
 CORE = "omni_core"
 
 
 def public_api_violations(root: Path, *, core_names: Iterable[str] | None = None) -> list[str]:
     """``"path:line: what"`` for every use of a non-public part of omni-core under ``root`` (a
-    package directory, or a ``src`` directory holding packages), sorted by path and line."""
+    package directory, or a ``src`` directory holding packages), sorted by path and line.
+    ``core_names``: the names public in ``omni_core`` itself (default: ``omni_core.__all__``)."""
     files = sorted(p for p in Path(root).rglob("*.py") if p.is_file())
     trees = {path: ast.parse(path.read_text(encoding="utf-8"), str(path)) for path in files}
     own: set[str] = set()
@@ -87,28 +91,36 @@ def _defined_names(tree: ast.AST) -> set[str]:
 def _check(
     tree: ast.AST, core_private: frozenset[str], own: set[str], public_names: set[str]
 ) -> Iterable[tuple[int, str]]:
+    modules = public_modules()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
-                if _is_core(alias.name) and alias.name not in PUBLIC_MODULES:
+                if _is_core(alias.name) and alias.name not in modules:
                     yield node.lineno, f"imports non-public module {alias.name}"
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and _is_core(node.module):
             module = node.module or ""
-            if module not in PUBLIC_MODULES:
-                yield node.lineno, f"imports from non-public module {module}"
-                continue
             for alias in node.names:
-                if alias.name.startswith("_"):
-                    yield node.lineno, f"imports private name {alias.name} from {module}"
-                elif module == CORE and alias.name not in public_names:
-                    submodule = f"{CORE}.{alias.name}"
-                    if submodule not in PUBLIC_MODULES:
-                        yield node.lineno, f"imports {alias.name} from omni_core (not public)"
+                name = alias.name
+                if name.startswith("_"):
+                    yield node.lineno, f"imports private name {name} from {module}"
+                    continue
+                public = public_names if module == CORE else names_of(module)
+                if name in public or f"{module}.{name}" in modules:
+                    continue
+                if module == CORE or module in modules:
+                    yield node.lineno, f"imports {name} from {module} (not public){_hint(name)}"
+                else:
+                    yield node.lineno, f"imports {name} from non-public module {module}{_hint(name)}"
         elif isinstance(node, ast.Attribute) and node.attr in core_private:
             if _is_super_call(node.value):
                 yield node.lineno, f"uses super().{node.attr} (an omni-core base's private member)"
             elif node.attr not in own:
                 yield node.lineno, f"uses private attribute .{node.attr} of an omni-core object"
+
+
+def _hint(name: str) -> str:
+    where = home_of(name)
+    return f": public in {' and '.join(where)}" if where else ""
 
 
 def _is_core(module: str | None) -> bool:

@@ -1,16 +1,19 @@
 """First-party plugins use only omni-core's public API: no ``_``-prefixed attribute of a core
-object, no import of a core module outside ``omni_core.views.PUBLIC_MODULES``."""
+object, every omni-core import a manifest name from its public module (``omni_core.public``)."""
 
 from __future__ import annotations
 
+import ast
+import importlib
 import importlib.util
+import re
 import textwrap
 from pathlib import Path
 
 import pytest
 
+from omni_core.public import TIERS, names_of, public_modules
 from omni_core.testing.public_api import public_api_violations
-from omni_core.views import PUBLIC_MODULES
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = sorted(ROOT.glob("plugins/*/src")) + sorted(ROOT.glob("examples/*/src"))
@@ -35,7 +38,7 @@ def test_first_party_plugins_use_only_the_public_api(src: Path):
 
 
 def test_public_modules_exist():
-    missing = [m for m in sorted(PUBLIC_MODULES) if importlib.util.find_spec(m) is None]
+    missing = [m for m in sorted(public_modules()) if importlib.util.find_spec(m) is None]
     assert missing == []
 
 
@@ -47,10 +50,10 @@ def test_the_check_finds_private_access_and_non_public_imports(tmp_path: Path):
         textwrap.dedent(
             """
             import omni_core.engine.runtime
-            from omni_core import NotPublic, hookimpl, _LAZY
+            from omni_core import NotPublic, OmniEngine, _LAZY
             from omni_core.orchestrator.state import RunState
-            from omni_core.views import OrchestratorPort, RequestView
-            from omni_core.orchestrator.base import OrchestratorBase
+            from omni_core.plugin import OrchestratorPort, RequestView
+            from omni_core.extend import OrchestratorBase
 
 
             class Mine(OrchestratorBase):
@@ -73,7 +76,7 @@ def test_the_check_finds_private_access_and_non_public_imports(tmp_path: Path):
         "mine/plugin.py:2: imports non-public module omni_core.engine.runtime",
         "mine/plugin.py:3: imports NotPublic from omni_core (not public)",
         "mine/plugin.py:3: imports private name _LAZY from omni_core",
-        "mine/plugin.py:4: imports from non-public module omni_core.orchestrator.state",
+        "mine/plugin.py:4: imports RunState from non-public module omni_core.orchestrator.state",
         "mine/plugin.py:17: uses super()._handle_message (an omni-core base's private member)",
         "mine/plugin.py:20: uses private attribute ._runtime of an omni-core object",
     ]
@@ -93,4 +96,95 @@ def test_the_imports_the_docs_prescribe_pass_the_check(tmp_path: Path):
             """
         )
     )
+    assert public_api_violations(tmp_path) == []
+
+
+def test_an_old_import_path_still_imports_but_the_check_names_the_public_one(tmp_path: Path):
+    from omni_core import hookimpl  # the root's pre-tier names stay importable
+    from omni_core.plugin import hookimpl as public
+    from omni_core.views import RequestView  # noqa: F401
+
+    assert hookimpl is public
+    package = tmp_path / "mine"
+    package.mkdir()
+    (package / "old.py").write_text(
+        "from omni_core import hookimpl\n"
+        "from omni_core.views import RequestView\n"
+        "from omni_core.kinds.torch_kind import TorchStageEngine\n"
+        "from omni_core.plugin import create_engine\n"
+    )
+    assert public_api_violations(tmp_path) == [
+        "mine/old.py:1: imports hookimpl from omni_core (not public): public in omni_core.plugin",
+        "mine/old.py:2: imports RequestView from non-public module omni_core.views: public in "
+        "omni_core.plugin",
+        "mine/old.py:3: imports TorchStageEngine from non-public module "
+        "omni_core.kinds.torch_kind: public in omni_core.extend",
+        "mine/old.py:4: imports create_engine from omni_core.plugin (not public): public in "
+        "omni_core",
+    ]
+
+
+def test_root_all_is_the_embedders_tier():
+    import omni_core
+
+    assert omni_core.__all__ == list(TIERS[0].modules["omni_core"])
+    assert TIERS[0].module == "omni_core"
+    assert [t.module for t in TIERS] == [
+        "omni_core",
+        "omni_core.plugin",
+        "omni_core.extend",
+        "omni_core.testing",
+    ]
+
+
+@pytest.mark.parametrize("module", sorted(public_modules()))
+def test_every_manifest_name_imports_from_its_public_module(module: str):
+    public = importlib.import_module(module)
+    for name, home in names_of(module).items():
+        assert getattr(public, name) is getattr(importlib.import_module(home), name), name
+        assert name in dir(public)
+
+
+def test_a_name_has_one_public_module():
+    seen: dict[str, str] = {}
+    for tier in TIERS:
+        for module, names in tier.modules.items():
+            for name in names:
+                assert name not in seen, f"{name}: public in {seen[name]} and {module}"
+                seen[name] = module
+
+
+@pytest.mark.parametrize("module", ["omni_core", "omni_core.plugin", "omni_core.extend"])
+def test_a_tier_modules_type_checking_imports_are_its_manifest_names(module: str):
+    """The lazy re-exports are typed through ``if TYPE_CHECKING:`` imports: exactly the
+    manifest's names, each from its defining module."""
+    path = importlib.util.find_spec(module).origin  # type: ignore[union-attr]
+    tree = ast.parse(Path(path).read_text())
+    block = next(
+        n for n in tree.body if isinstance(n, ast.If) and "TYPE_CHECKING" in ast.unparse(n.test)
+    )
+    imported = {
+        a.name: n.module for n in block.body if isinstance(n, ast.ImportFrom) for a in n.names
+    }
+    expected = {name: home for name, home in names_of(module).items() if home != module}
+    assert imported == expected
+
+
+def test_the_imports_in_the_docs_pass_the_check(tmp_path: Path):
+    """Every ``from omni_core... import`` / ``import omni_core...`` line in the guides and the
+    README is a public import."""
+    lines = []
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        lines += [
+            m.group(1)
+            for m in re.finditer(
+                r"^\s*((?:from omni_core[\w.]* import [^(\n]+|import omni_core[\w.]*))$",
+                page.read_text(),
+                flags=re.M,
+            )
+        ]
+    assert len(lines) >= 4
+    package = tmp_path / "docs"
+    package.mkdir()
+    (package / "imports.py").write_text("\n".join(lines) + "\n")
     assert public_api_violations(tmp_path) == []
