@@ -168,7 +168,8 @@ def start(pipeline: str, port: int, log: Path) -> subprocess.Popen[bytes]:
     raise SystemExit(f"omni serve not healthy within 900 s; see {log}")
 
 
-def measure(base: str, root: int, body: dict[str, Any] | None) -> dict[str, Any]:
+def measure(base: str, root: int, body: dict[str, Any] | None, log: Path) -> dict[str, Any]:
+    logged = log.stat().st_size
     pids = tree(root)
     reset_peaks(pids)
     before = memory(pids)
@@ -203,6 +204,12 @@ def measure(base: str, root: int, body: dict[str, Any] | None) -> dict[str, Any]
     done.set()
     sampler.join(60)
     after = memory(tree(root))
+    time.sleep(0.2)  # the watchdog's last line
+    with log.open("rb") as lines:
+        lines.seek(logged)
+        found = re.findall(
+            r"blocked \((\d+) ms.*?, at \S*?([\w.]+:\d+ in \w+)", lines.read().decode()
+        )
     rss_before = sum(rss for rss, _ in before.values())
     growth = {p: hwm - before.get(p, (0, 0))[0] for p, (_, hwm) in after.items()}
     top = max(growth, key=growth.__getitem__)
@@ -218,6 +225,7 @@ def measure(base: str, root: int, body: dict[str, Any] | None) -> dict[str, Any]
         "health_max_ms": round(max(health or [0]) * 1000, 1),
         "health_samples": len(health),
         "error": str(error.get("message", ""))[:160],
+        "loop_blocked": [f"{ms} ms at {where}" for ms, where in found],
     }
 
 
@@ -242,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
                 (f"{name} #{i + 1}" if args.repeat > 1 else name, body) for i in range(args.repeat)
             ]
         for name, body in todo:
-            row = {"case": name, **measure(f"http://127.0.0.1:{port}", server.pid, body)}
+            row = {"case": name, **measure(f"http://127.0.0.1:{port}", server.pid, body, args.log)}
             results.append(row)
             print(json.dumps(row), flush=True)
     finally:
