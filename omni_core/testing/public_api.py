@@ -6,7 +6,8 @@
   (the manifest, :mod:`omni_core.public`: ``from omni_core.plugin import hookimpl`` is public,
   ``from omni_core import hookimpl`` and ``from omni_core.views import RequestView`` still
   import but are not: the report names the public module instead), and an ``import`` of a module
-  that is not one of the manifest's public modules;
+  that is not one of the manifest's public modules, or a call naming a non-public omni-core
+  module in a string (``resources.files("omni_core.pipelines")``, ``import_module(...)``);
 * an import of a ``_``-prefixed name from omni-core;
 * an attribute access ``x._name`` where ``_name`` is a private name omni-core defines and the
   package itself does not (``self._cache`` of the plugin's own class is fine, ``engine._runtime``
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -32,6 +34,7 @@ import omni_core
 from omni_core.public import home_of, names_of, public_modules
 
 CORE = "omni_core"
+_MODULE_PATH = re.compile(r"omni_core(\.[a-z_]\w*)+$")
 
 
 def public_api_violations(root: Path, *, core_names: Iterable[str] | None = None) -> list[str]:
@@ -48,7 +51,7 @@ def public_api_violations(root: Path, *, core_names: Iterable[str] | None = None
     found: list[str] = []
     for path, tree in trees.items():
         where = path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
-        problems = _check(tree, core_private, own, public_names)
+        problems = sorted(_check(tree, core_private, own, public_names), key=lambda p: p[0])
         found.extend(f"{where}:{line}: {what}" for line, what in problems)
     return found
 
@@ -110,7 +113,18 @@ def _check(
                 if module == CORE or module in modules:
                     yield node.lineno, f"imports {name} from {module} (not public){_hint(name)}"
                 else:
-                    yield node.lineno, f"imports {name} from non-public module {module}{_hint(name)}"
+                    where = f"non-public module {module}"
+                    yield node.lineno, f"imports {name} from {where}{_hint(name)}"
+        elif (
+            isinstance(node, ast.Call)
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+            and _MODULE_PATH.match(node.args[0].value)
+            and node.args[0].value not in modules
+        ):
+            # resources.files("omni_core.pipelines"), import_module("omni_core.x"), find_spec(...)
+            yield node.lineno, f"reads omni-core module {node.args[0].value} by name"
         elif isinstance(node, ast.Attribute) and node.attr in core_private:
             if _is_super_call(node.value):
                 yield node.lineno, f"uses super().{node.attr} (an omni-core base's private member)"

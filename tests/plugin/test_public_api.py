@@ -188,3 +188,20 @@ def test_the_imports_in_the_docs_pass_the_check(tmp_path: Path):
     package.mkdir()
     (package / "imports.py").write_text("\n".join(lines) + "\n")
     assert public_api_violations(tmp_path) == []
+
+
+def test_reading_a_core_module_by_name_is_refused(tmp_path: Path):
+    """A string coupling the import check cannot see: a core module named in a call."""
+    package = tmp_path / "mine"
+    package.mkdir()
+    (package / "files.py").write_text(
+        "from importlib import resources, import_module\n"
+        'text = resources.files("omni_core.pipelines").joinpath("tiny-omni.yaml").read_text()\n'
+        'views = import_module("omni_core.views")\n'
+        'kit = import_module("omni_core.testing.fixtures")\n'
+        'group = print("omni_core.plugins are entry points; omni_core is a package")\n'
+    )
+    assert public_api_violations(tmp_path) == [
+        "mine/files.py:2: reads omni-core module omni_core.pipelines by name",
+        "mine/files.py:3: reads omni-core module omni_core.views by name",
+    ]

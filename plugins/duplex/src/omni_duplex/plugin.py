@@ -60,13 +60,10 @@ def omni_duplex_register_models() -> Iterable[DuplexModelSpec]:
 
 
 def _tiny_omni_duplex() -> PipelineConfig:
-    from importlib import resources
-
-    import yaml
     from omni_core import PipelineConfig
+    from omni_core.plugin import packaged_pipeline
 
-    text = resources.files("omni_core.pipelines").joinpath("tiny-omni.yaml").read_text()
-    data: dict[str, Any] = yaml.safe_load(text)
+    data: dict[str, Any] = packaged_pipeline("tiny-omni")
     data.update(
         name="tiny-omni-duplex",
         engine="duplex",

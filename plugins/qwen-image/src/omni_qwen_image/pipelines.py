@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 from typing import Any
 
 from omni_core import PipelineConfig
@@ -11,6 +10,7 @@ from omni_qwen_image.build import ENCODER_DIR, PROMPT_TEMPLATE, TEMPLATE_PREFIX_
 PIPELINE = "qwen-image"
 MAX_SEQUENCE_LENGTH = 512  # QwenImagePipeline's default max_sequence_length
 DEFAULT_GUIDANCE = 4.0  # QwenImagePipeline's true_cfg_scale
+SECTION_CFG = "cfg"  # omni-cfg's pipeline section
 
 
 def encoder_engine_args(
@@ -31,12 +31,11 @@ def encoder_engine_args(
 
 
 def cfg_available() -> bool:
-    """Whether omni-cfg is installed and not disabled (its ``cfg:`` section is then known)."""
-    if importlib.util.find_spec("omni_cfg") is None:
-        return False
-    from omni_core import OmniSettings
+    """Whether an enabled plugin registers the ``cfg:`` pipeline section (omni-cfg, unless
+    disabled): asked of the plugin host, not probed by module name."""
+    from omni_core.plugin import PluginHost
 
-    return "cfg" not in OmniSettings().disable_plugins
+    return SECTION_CFG in PluginHost.create().config_sections()
 
 
 def qwen_image_pipeline(
@@ -70,7 +69,7 @@ def qwen_image_pipeline(
     if cfg_available():
         # as QwenImagePipeline: unguided unless the request asks (a negative prompt or a scale in
         # extra["cfg"]), then true CFG at its default true_cfg_scale 4 unless the request says
-        config["cfg"] = {
+        config[SECTION_CFG] = {
             "stage": "dit",
             "enabled": False,
             "guidance_scale": DEFAULT_GUIDANCE,
