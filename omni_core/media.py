@@ -43,6 +43,20 @@ steps), each optional. ``omni run --size/--steps`` and ``/v1/images/generations`
 its own options (a bad value fails the request with a 400 naming the field)."""
 
 
+AUDIO_OPTIONS = "audio"
+"""The key of ``SamplingParams.extra`` holding a request's generic audio-output options, which any
+audio-producing stage kind may read: ``stream`` (bool, default false: the caller plays the audio
+as it arrives, so a stage that can should voice it in pieces as early as it can, possibly
+approximating, rather than once the utterance is whole; a stage that cannot ignores it).
+``omni serve``'s chat with ``stream: true`` and ``"audio"`` in ``modalities`` sets it, and
+``omni run`` for a pipeline with a final audio output (:func:`audio_options`)."""
+
+
+def audio_options(stream: bool) -> dict[str, bool]:
+    """The fields of ``extra[AUDIO_OPTIONS]``."""
+    return {"stream": stream}
+
+
 def _is_number(text: str) -> bool:
     return text.isascii() and text.isdigit()
 
@@ -94,6 +108,34 @@ def write_wav(chunks: list[AudioChunk], path: str | Path) -> Path:
     path = Path(path)
     path.write_bytes(wav_bytes(chunks))
     return path
+
+
+class WavStream:
+    """A 16-bit PCM mono WAV written piece by piece (``write``), its header valid after every
+    piece (``wave`` patches the sizes), so a player can open it while it grows."""
+
+    def __init__(self, path: str | Path, rate: int) -> None:
+        self.path = Path(path)
+        self.rate = rate
+        self.samples = 0
+        self._file = self.path.open("wb")
+        self._out = wave.open(self._file, "wb")
+        self._out.setnchannels(1)
+        self._out.setsampwidth(2)
+        self._out.setframerate(rate)
+
+    def write(self, chunk: AudioChunk) -> None:
+        if chunk.sample_rate != self.rate:
+            raise ValueError(
+                f"audio at {chunk.sample_rate} Hz cannot continue {self.path} at {self.rate} Hz"
+            )
+        self._out.writeframes(pcm16(chunk.samples))
+        self._file.flush()  # on disk now, header included
+        self.samples += len(chunk.samples)
+
+    def close(self) -> None:
+        self._out.close()
+        self._file.close()
 
 
 def write_png(image: Image, path: str | Path) -> Path:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -158,7 +159,7 @@ def register(app: typer.Typer, state: CliState) -> None:
             media = media_parts(audio, image, raw)  # files read and checked before anything else
             config = _load(pipeline, runtime)
             check_voice(voice, config)
-            extra = image_extra(config, steps, size)
+            extra = {**image_extra(config, steps, size), **audio_extra(config)}
             # a missing extra is named before any stage starts
             require_pipeline_extras(
                 config, state.host.stage_kinds(), runtime and f"omni run --runtime {runtime}"
@@ -184,13 +185,17 @@ def register(app: typer.Typer, state: CliState) -> None:
                     {stage.name: overrides for stage in engine.pipeline.stages.values()},
                     extra=extra or None,
                 )
-            outputs = asyncio.run(_stream(engine, prompt, params, modality))
+            sink = WavSink(output_dir)
+            try:
+                outputs = asyncio.run(_stream(engine, prompt, params, modality, sink))
+            finally:
+                sink.close()
         except Exception as exc:
             raise fail(state, exc) from None
         finally:
             engine.shutdown()
         _summary(outputs)
-        _write_media(outputs, output_dir)
+        _write_media(outputs, output_dir, sink)
         final = outputs[-1] if outputs else None
         if final is not None and final.error is not None and _refused(final):
             print(f"error: {final.error.message}", file=sys.stderr)  # a stage refused the input
@@ -293,6 +298,46 @@ def image_extra(config: Any, steps: int | None, size: str | None) -> dict[str, A
         raise RequestError(str(exc)) from None
 
 
+def audio_extra(config: Any) -> dict[str, Any]:
+    """A pipeline with a final audio output is asked for its audio as early as it can give it
+    (the generic audio option ``stream``, ``extra[AUDIO_OPTIONS]``, :mod:`omni_core.media`):
+    ``omni run`` writes the WAV as pieces arrive. ``--extra audio.stream=false`` asks for it
+    whole."""
+    from omni_core.media import AUDIO_OPTIONS, audio_options
+
+    if any(s.final_output and s.final_output_type == "audio" for s in config.stages):
+        return {AUDIO_OPTIONS: audio_options(stream=True)}
+    return {}
+
+
+class WavSink:
+    """The run's audio, written as it arrives (:class:`omni_core.media.WavStream`, named after
+    the request); ``first_audio``: seconds from ``start()`` to the first samples."""
+
+    def __init__(self, output_dir: Path) -> None:
+        self.output_dir = output_dir
+        self.wav: Any = None
+        self.first_audio: float | None = None
+        self._started = 0.0
+
+    def start(self) -> None:
+        self._started = time.perf_counter()
+
+    def write(self, request_id: str, chunk: Any) -> None:
+        from omni_core.media import WavStream
+
+        if self.wav is None:
+            self.output_dir.mkdir(parents=True, exist_ok=True)
+            self.wav = WavStream(self.output_dir / f"{request_id}.wav", chunk.sample_rate)
+        if self.first_audio is None and len(chunk.samples):
+            self.first_audio = time.perf_counter() - self._started
+        self.wav.write(chunk)
+
+    def close(self) -> None:
+        if self.wav is not None:
+            self.wav.close()
+
+
 def merge_extra(extra: dict[str, Any], fields: list[str]) -> None:
     """``--extra KEY=VALUE`` fields into ``extra`` (a dotted KEY nests; VALUE is JSON, else the
     string); a malformed one names the flag."""
@@ -357,8 +402,10 @@ def render(
 
 
 async def _stream(
-    engine: Any, prompt: Any, params: Any, modalities: list[str] | None
+    engine: Any, prompt: Any, params: Any, modalities: list[str] | None, sink: WavSink
 ) -> list[OmniRequestOutput]:
+    from omni_core.media import AudioChunk
+
     err = Console(stderr=True)
     outputs: list[OmniRequestOutput] = []
     tasks: dict[str, Any] = {}
@@ -372,8 +419,11 @@ async def _stream(
         transient=True,
         disable=not err.is_terminal,  # a pipe gets no progress (nor its closing newline)
     ) as progress:
+        sink.start()
         async for out in engine.generate(prompt, sampling_params=params, modalities=modalities):
             outputs.append(out)
+            if isinstance(out.payload, AudioChunk):
+                sink.write(out.request_id, out.payload)
             if out.stage_name not in tasks:
                 tasks[out.stage_name] = progress.add_task(out.stage_name, total=None)
             progress.advance(tasks[out.stage_name])
@@ -422,21 +472,20 @@ def _summary(outputs: list[OmniRequestOutput]) -> None:
         console.print(f"finish_reason: {final.finish_reason}")
 
 
-def _write_media(outputs: list[OmniRequestOutput], output_dir: Path) -> None:
-    """Write audio outputs as one WAV and the last image as a PNG; print their paths."""
-    from omni_core.media import AudioChunk, Image, write_png, write_wav
+def _write_media(outputs: list[OmniRequestOutput], output_dir: Path, sink: WavSink) -> None:
+    """Print the WAV's path (written as the audio came, ``sink``) with the time to first audio,
+    and write the last image as a PNG."""
+    from omni_core.media import Image, write_png
 
-    audio = [o.payload for o in outputs if isinstance(o.payload, AudioChunk)]
+    if sink.wav is not None:
+        wav = sink.wav
+        print(f"audio: {wav.path} ({wav.samples / wav.rate:.2f}s at {wav.rate} Hz)")
+        if sink.first_audio is not None:
+            print(f"time to first audio: {sink.first_audio:.2f}s")
     images = [o.payload for o in outputs if isinstance(o.payload, Image)]
-    if not audio and not images:
-        return
-    output_dir.mkdir(parents=True, exist_ok=True)
-    request_id = outputs[-1].request_id
-    if audio:
-        path = write_wav(audio, output_dir / f"{request_id}.wav")
-        seconds = sum(len(c.samples) for c in audio) / audio[0].sample_rate
-        print(f"audio: {path} ({seconds:.2f}s at {audio[0].sample_rate} Hz)")
     if images:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        request_id = outputs[-1].request_id
         path = write_png(images[-1], output_dir / f"{request_id}.png")
         height, width = images[-1].pixels.shape[:2]
         print(f"image: {path} ({width}x{height})")

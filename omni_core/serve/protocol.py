@@ -321,8 +321,15 @@ class ChatCompletionRequest(_Sampling):
         return (self.top_logprobs or 0) if self.logprobs else None
 
     def request_extra(self) -> dict[str, Any] | None:
-        """Request-level fields for every stage's ``params.extra`` (the ``voice``)."""
-        return {"voice": self.audio.voice} if self.audio is not None else None
+        """Request-level fields for every stage's ``params.extra``: the ``voice``, and with
+        ``stream`` and audio asked for, the generic audio option ``stream`` (``extra[AUDIO_OPTIONS]``,
+        :mod:`omni_core.media`: the audio stage voices pieces as early as it can)."""
+        from omni_core.media import AUDIO_OPTIONS, audio_options
+
+        out: dict[str, Any] = {"voice": self.audio.voice} if self.audio is not None else {}
+        if self.stream and "audio" in (self.modalities or ()):
+            out[AUDIO_OPTIONS] = audio_options(stream=True)
+        return out or None
 
     def chat_options(self) -> ChatOptions:
         return ChatOptions(
