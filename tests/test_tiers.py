@@ -5,6 +5,8 @@ deselected directory not even imported. Run in-process by pytester on a throwawa
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests import optional
@@ -89,8 +91,87 @@ def test_a_required_missing_extra_is_an_error_naming_its_variable(suite, monkeyp
 
 
 def test_the_real_markers_are_registered():
-    assert set(optional.TIERS) == {"engine", "ray"}
-    assert {optional.TIERS[m].env for m in optional.TIERS} == {
+    assert set(optional.TIERS) == {"engine", "ray", "slow"}
+    assert {optional.TIERS[m].env for m in ("engine", "ray")} == {
         "OMNI_REQUIRE_VLLM",
         "OMNI_REQUIRE_RAY",
     }
+    assert optional.TIERS["slow"].module is None  # no extra: never skipped, never required
+    assert optional.FAST == "not engine and not ray and not slow"
+
+
+PROPS = """
+import json
+from pathlib import Path
+
+from hypothesis import given, settings, strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, rule
+
+CALLS = {"given": 0, "machine": 0}
+
+
+@settings(max_examples=40, database=None)
+@given(st.integers())
+def test_a_property(x):
+    CALLS["given"] += 1
+
+
+class Machine(RuleBasedStateMachine):
+    def __init__(self):
+        super().__init__()
+        CALLS["machine"] += 1
+
+    @rule()
+    def step(self):
+        pass
+
+
+Machine.TestCase.settings = settings(max_examples=30, stateful_step_count=2, database=None)
+TestMachine = Machine.TestCase
+
+
+def test_zz_counts():
+    Path("calls.json").write_text(json.dumps(CALLS))
+"""
+
+
+@pytest.fixture
+def props(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    monkeypatch.delenv(optional.MAX_EXAMPLES_ENV, raising=False)
+    pytester.makepyfile(test_props=PROPS)
+    return pytester
+
+
+def calls(props: pytest.Pytester, *args: str) -> dict[str, int]:
+    run(props, *args).assert_outcomes(passed=3)
+    return json.loads((props.path / "calls.json").read_text())
+
+
+def test_the_fast_tier_caps_hypothesis_examples_and_the_full_suite_keeps_its_counts(props):
+    cap = optional.FAST_EXAMPLES
+    assert calls(props) == {"given": 40, "machine": 30}
+    assert calls(props, "-m", "not engine and not ray") == {"given": cap, "machine": cap}
+    assert calls(props, "-m", optional.FAST) == {"given": cap, "machine": cap}
+    assert calls(props, "-m", "not ray") == {"given": 40, "machine": 30}
+
+
+def test_the_examples_cap_variable_applies_to_any_run_and_zero_lifts_it(props, monkeypatch):
+    monkeypatch.setenv(optional.MAX_EXAMPLES_ENV, "3")
+    assert calls(props) == {"given": 3, "machine": 3}
+    monkeypatch.setenv(optional.MAX_EXAMPLES_ENV, "0")
+    assert calls(props, "-m", optional.FAST) == {"given": 40, "machine": 30}
+    monkeypatch.setenv(optional.MAX_EXAMPLES_ENV, "few")
+    result = run(props)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*OMNI_TEST_MAX_EXAMPLES='few': expected a whole number >= 0*"])
+
+
+def test_slow_tests_are_marked_by_path_and_left_out_of_the_fast_tier(suite):
+    (suite.path / "test_slow.py").write_text("def test_costly():\n    pass\n")
+    optional.BY_PATH["test_slow.py::test_cost"] = "slow"
+    optional.TIERS["slow"] = optional.Tier("costly", None, "", "")
+    result = run(suite, "-m", optional.FAST, "--ignore=heavy", "-v")
+    result.assert_outcomes(passed=1, deselected=3)
+    result = run(suite, "-m", "slow", "--ignore=heavy", "-v")  # no extra: never skipped
+    result.assert_outcomes(passed=1, deselected=3)
+    result.stdout.fnmatch_lines(["*test_slow.py::test_costly PASSED*"])
