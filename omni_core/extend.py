@@ -39,6 +39,7 @@ if TYPE_CHECKING:
         stop_now_processor,
     )
     from omni_core.media import (
+        AUDIO_OPTIONS,
         IMAGE_OPTIONS,
         AudioChunk,
         Image,

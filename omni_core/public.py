@@ -170,7 +170,7 @@ EXTENDERS = Tier(
                 "stop_now_processor",
             ),
             **_from("omni_core.outputs", "HiddenStates"),
-            **_from("omni_core.media", "AudioChunk", "Image", "IMAGE_OPTIONS"),
+            **_from("omni_core.media", "AudioChunk", "Image", "IMAGE_OPTIONS", "AUDIO_OPTIONS"),
             **_from("omni_core.models.tiny", "packaged_checksums", "train_qwen2_bpe"),
             **_from("omni_core.engine.base", "OmniEngineBase"),
             **_from("omni_core.engine.channel", "RequestStream"),

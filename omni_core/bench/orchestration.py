@@ -45,7 +45,8 @@ class Row:
 
 
 class CheckFailed(AssertionError):
-    pass
+    """A benchmark's own check failed (a measured result outside its bound); raised from the
+    benchmark's run."""
 
 
 def pipeline(stages: int, replicas: int = 1) -> PipelineConfig:

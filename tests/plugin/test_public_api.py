@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import importlib
 import importlib.util
+import inspect
 import re
 import textwrap
 from pathlib import Path
@@ -205,3 +206,51 @@ def test_reading_a_core_module_by_name_is_refused(tmp_path: Path):
         "mine/files.py:2: reads omni-core module omni_core.pipelines by name",
         "mine/files.py:3: reads omni-core module omni_core.views by name",
     ]
+
+
+def _docs_hook():
+    spec = importlib.util.spec_from_file_location("public_names", ROOT / "docs/api/public_names.py")
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+def test_the_api_reference_renders_exactly_the_manifests_names():
+    """Every public name is rendered (by a hand-written page or a page's tier marker, which the
+    mkdocs hook fills from the manifest), and every single object the pages render is public."""
+    hook = _docs_hook()
+    pages = [p.read_text() for p in sorted((ROOT / "docs" / "api").glob("*.md"))]
+    marked = {m for text in pages for m in re.findall(r"<!-- tier: ([\w.]+) -->", text)}
+    hand = [text for text in pages if "<!-- tier:" not in text]
+    missing = [
+        ident
+        for module in sorted(public_modules() - marked)
+        for ident in hook.unrendered(module, hand)
+    ]
+    assert missing == []
+    public = {f"{home}.{name}" for m in public_modules() for name, home in names_of(m).items()}
+    objects = {
+        ident
+        for ident in hook.rendered(hand)
+        if importlib.util.find_spec(ident.rsplit(".", 1)[0]) and not _is_module(ident)
+    }
+    assert sorted(objects - public) == []
+
+
+def _is_module(ident: str) -> bool:
+    try:
+        return importlib.util.find_spec(ident) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+def test_every_manifest_name_has_a_docstring():
+    undocumented = []
+    for module in sorted(public_modules()):
+        for name, home in names_of(module).items():
+            obj = getattr(importlib.import_module(home), name)
+            if (inspect.isclass(obj) or inspect.isfunction(obj)) and not (
+                obj.__doc__ or ""
+            ).strip():
+                undocumented.append(f"{home}.{name}")
+    assert undocumented == []
