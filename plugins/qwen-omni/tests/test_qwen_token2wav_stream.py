@@ -149,3 +149,26 @@ def test_stream_options_are_checked(tiny_qwen):
         build(
             {"model": str(tiny_qwen), "options": {"stream": {"right_context": 4, "crossfade": 8}}}
         )
+
+
+def plain(rid: str, **extra: Any) -> StageRequest:
+    params = SamplingParams(seed=5, extra=extra)
+    return StageRequest(request_id=rid, prompt=[1, 2], params=params, streaming_input=True)
+
+
+def test_the_generic_audio_option_streams(engine):
+    from omni_core.media import AUDIO_OPTIONS, audio_options
+
+    engine.add(plain("g", **{AUDIO_OPTIONS: audio_options(stream=True)}))
+    engine.add(plain("w", **{AUDIO_OPTIONS: audio_options(stream=False)}))
+    engine.add(plain("d"))
+    try:
+        assert engine.requests["g"].decoder is not None  # chunk by chunk
+        assert engine.requests["w"].decoder is None and engine.requests["d"].decoder is None
+    finally:
+        engine.abort(["g", "w", "d"])
+    with pytest.raises(RequestError, match=r"extra\.audio\.stream must be true or false, not 1"):
+        engine.add(plain("b", audio={"stream": 1}))
+    with pytest.raises(RequestError, match=r"extra\.audio must be an object"):
+        engine.add(plain("c", audio="stream"))
+    assert not engine.requests

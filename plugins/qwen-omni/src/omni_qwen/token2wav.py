@@ -172,15 +172,8 @@ class Token2WavEngine(TorchStageEngine):
         if seed is None:
             seed = secrets.randbits(63)
             logger.debug("request %s: token2wav seed %d", rid, seed)
-        streamed = params.extra.get("audio_stream", False)
-        if not isinstance(streamed, bool):
-            raise RequestError(
-                f"token2wav: sampling_params.extra.audio_stream must be true or false, "
-                f"not {streamed!r}",
-                param="audio_stream",
-            )
         state = _Utterance(seed=seed, speaker=self.speakers[voice])
-        if streamed:
+        if _streamed(params.extra):
             state.decoder = StreamDecoder(self.chunker, seed, state.speaker)
         self._extend(rid, state, request.prompt)
         state.final = not request.streaming_input
@@ -426,3 +419,27 @@ def _read_json(path: Path) -> dict[str, Any]:
 def build(config: dict[str, Any]) -> Token2WavEngine:
     """The token2wav engine of a stage process (the ``torch`` kind's ``engine_args.engine``)."""
     return Token2WavEngine(config)
+
+
+def _streamed(extra: dict[str, Any]) -> bool:
+    """Whether a request asks for streamed audio: the generic audio option
+    ``extra[AUDIO_OPTIONS]["stream"]`` (:mod:`omni_core.media`; ``omni serve`` sets it for a
+    streamed chat asking for audio), or this stage's own ``extra["audio_stream"]``."""
+    from omni_core.extend import AUDIO_OPTIONS
+
+    generic = extra.get(AUDIO_OPTIONS, {})
+    if not isinstance(generic, dict):
+        raise RequestError(
+            f"token2wav: sampling_params.extra.{AUDIO_OPTIONS} must be an object, not {generic!r}",
+            param=AUDIO_OPTIONS,
+        )
+    for name, value in (
+        (f"{AUDIO_OPTIONS}.stream", generic.get("stream", False)),
+        ("audio_stream", extra.get("audio_stream", False)),
+    ):
+        if not isinstance(value, bool):
+            raise RequestError(
+                f"token2wav: sampling_params.extra.{name} must be true or false, not {value!r}",
+                param=name,
+            )
+    return bool(generic.get("stream", False) or extra.get("audio_stream", False))
