@@ -12,9 +12,10 @@ from rich.table import Table
 if TYPE_CHECKING:
     from omni_core.cli.app import CliState
 
-ALL = ("hop", "throughput", "idle", "scaling", "chaos", "vllm", "pipeline", "plugins")
+ALL = ("hop", "throughput", "idle", "scaling", "chaos", "vllm", "pipeline", "plugins", "serve")
 DEFAULT = ("hop", "throughput", "idle", "scaling", "chaos")
-# Plugins add more through ``omni_register_benchmarks``; those run only when named (like vllm).
+# Plugins add more through ``omni_register_benchmarks``; those run only when named (like vllm and
+# serve: vLLM's own ``bench serve`` client against omni serve and vLLM's server).
 
 
 def register(app: typer.Typer, state: CliState) -> None:
@@ -73,6 +74,10 @@ def register(app: typer.Typer, state: CliState) -> None:
                     from omni_core.bench.vllm import bench_vllm
 
                     rows.extend(bench_vllm(quick))
+                elif name == "serve":
+                    from omni_core.bench.serve import bench_serve
+
+                    rows.extend(bench_serve(quick))
                 elif name == "pipeline":
                     from omni_core.bench.pipeline import bench_pipeline
 
