@@ -32,7 +32,7 @@ WORDS = ["hello", " there", " my", " friend"]
 async def feed(prompt: Any, params: SamplingParams) -> AsyncIterator[str]:
     for word in WORDS:
         yield word
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(params.extra.get("pause", 0.01))
 
 
 @pytest.fixture(scope="module")
@@ -95,3 +95,21 @@ def test_stop_strings_keep_re_prefilling_each_chunk(engine):
     # each chunk's generation runs over the chunks so far only (no segment in its prompt)
     for (prompt, tokens), (after, _) in itertools.pairwise(found):
         assert after[: len(prompt)] == prompt and after[len(prompt) :][:3] != tokens
+
+
+def test_abort_mid_session_ends_it_once_and_frees_it_in_vllm(engine):
+    async def go():
+        outs = []
+        async for out in engine.generate(
+            "x", request_id="mid", sampling_params={"feeder": {"extra": {"pause": 0.5}}}
+        ):
+            outs.append(out)
+            if len(outs) == 1:  # the first segment is out; the session waits for its next chunk
+                assert (await engine.abort_async("mid")).success
+        (state,) = await engine.collective_rpc("get_state", stage_ids=[1])
+        return outs, state
+
+    outs, state = asyncio.run(go())
+    assert [o.finished for o in outs].count(True) == 1 and outs[-1].finish_reason == "abort"
+    assert state["unfinished"] == 0  # the live request ended in vLLM (KV and slot freed)
+    assert engine.num_active_requests == 0
