@@ -217,6 +217,16 @@ def _check_api_version(module: Any, where: str) -> None:
             f"{PLUGIN_API_VERSION}; see {DOCS}#rules-of-the-plugin-api)"
         )
     if type(declared) is int and declared in SUPPORTED_API_VERSIONS:
+        if declared < 3 and callable(getattr(module, "omni_admit_request", None)):
+            # the one change a v2 impl cannot survive unchanged: its ``pipeline`` argument was a
+            # PipelineConfig (``pipeline.stages`` a list of StageConfig); API 3 passes the
+            # PipelineView (``pipeline.config`` is that config) — fail loudly, not mid-request
+            raise PluginLoadError(
+                f"{where} declares plugin API version {declared} and implements "
+                "omni_admit_request, whose pipeline argument is a PipelineView since API 3 "
+                "(the v2 PipelineConfig is pipeline.config). Migrate the plugin: "
+                f"{DOCS}#migrating-from-api-2-to-api-3"
+            )
         if declared < PLUGIN_API_VERSION:
             logger.info(
                 "%s declares plugin API version %d: loaded unchanged (deprecated; see %s#%s)",

@@ -39,7 +39,7 @@ async def test_views_read_the_live_run_and_the_terminal_one(fake_entry_points, m
     seen: dict[str, Any] = {"lengths": []}
 
     def omni_stage_output(request, stage_id):
-        if stage_id == 0:  # observers see an output before it is recorded
+        if stage_id == 0:  # observers see an output after it is recorded (plugin API 3)
             seen["lengths"].append(len(request.stages[0].result.token_ids))
 
     def omni_request_terminal(request_id, request, finish_reason, port):
@@ -58,7 +58,7 @@ async def test_views_read_the_live_run_and_the_terminal_one(fake_entry_points, m
     )
     engine = make_engine(PIPE)
     await collect(engine, "ab", request_id="v")
-    assert seen["lengths"] == [0, 1, 2]
+    assert seen["lengths"] == [1, 2, 3]
     assert seen["terminal"] == ("v", "v", True, chain("ab"), None, "stop")
 
 

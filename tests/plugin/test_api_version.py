@@ -1,5 +1,5 @@
 """Plugin API versions: a plugin written for API 2 loads unchanged (API 3's renamed argument is a
-deprecation cycle); one written for an older API fails to load with a message naming it, its
+deprecation cycle) unless it implements omni_admit_request (its pipeline argument changed type); one written for an older API fails to load with a message naming it, its
 version, what changed since and the migration section of docs/plugins.md; ``omni`` exits 2."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import pytest
 from omni_core import PLUGIN_API_VERSION
 from omni_core.cli import main
 from omni_core.errors import PluginLoadError
+from omni_core.plugin import hookimpl
 from omni_core.plugin.hooks import PluginHost
 from omni_core.plugin.manager import API_CHANGES
 
@@ -42,6 +43,21 @@ def test_the_current_version_is_3_and_says_what_changed():
 def test_a_version_2_plugin_loads_unchanged(fake_entry_points, omni_settings):
     fake_entry_points.add("old", plugin_declaring(2), distribution="omni-old", version="0.4")
     assert PluginHost.create(omni_settings).pm.get_plugin("old") is not None
+
+
+def test_a_version_2_admission_hook_fails_to_load_naming_the_migration(
+    fake_entry_points, omni_settings
+):
+    module = plugin_declaring(2)
+    module.omni_admit_request = hookimpl(lambda pipeline: None)  # type: ignore[attr-defined]
+    fake_entry_points.add("old", module, distribution="omni-old", version="0.4")
+    with pytest.raises(PluginLoadError) as info:
+        PluginHost.create(omni_settings)
+    message = str(info.value)
+    assert "implements omni_admit_request" in message and "pipeline.config" in message
+    assert message.endswith("docs/plugins.md#migrating-from-api-2-to-api-3")
+    module.OMNI_PLUGIN_API_VERSION = 3  # type: ignore[attr-defined]
+    assert PluginHost.create(omni_settings).pm.get_plugin("old") is module
 
 
 def test_a_version_1_plugin_is_told_what_changed_and_where_to_migrate(

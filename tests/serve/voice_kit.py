@@ -170,12 +170,10 @@ def plugin() -> types.ModuleType:
         ]
 
     @hookimpl
-    def omni_admit_request(
-        request_id: str, prompt: Any, pipeline: Any, params: Any, port: Any
-    ) -> None:
+    def omni_admit_request(run_id: str, prompt: Any, pipeline: Any, params: Any, port: Any) -> None:
         if not KIT.admit:
             return
-        for stage in pipeline.stages:
+        for stage in pipeline.config.stages:
             if stage.kind != "speaker":
                 continue
             voice = params[stage.id].extra.get("voice")

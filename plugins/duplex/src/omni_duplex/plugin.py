@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
     from omni_duplex.model import DuplexModelSpec
 
-OMNI_PLUGIN_API_VERSION = 2
+OMNI_PLUGIN_API_VERSION = 3
 
 
 @hookimpl

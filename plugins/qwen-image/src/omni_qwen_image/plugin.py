@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from omni_core import PipelineConfig, SamplingParams
     from omni_core.plugin import Admission, OrchestratorPort, RequestView
 
-OMNI_PLUGIN_API_VERSION = 2
+OMNI_PLUGIN_API_VERSION = 3
 
 TINY_MODEL = "tiny-qwen-image"
 TINY_VERSION = "v1"  # bump whenever the builder's output changes (a new cache directory)

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
     from omni_core import PipelineConfig
 
-OMNI_PLUGIN_API_VERSION = 2
+OMNI_PLUGIN_API_VERSION = 3
 
 TINY_MODEL = "tiny-qwen2.5-omni"
 TINY_VERSION = "v2"  # bump whenever the builder's output changes (a new cache directory)
@@ -117,10 +117,9 @@ def omni_applies_to(pipeline: Any) -> bool:
 
 
 @hookimpl
-def omni_admit_request(request_id: str, prompt: Any, pipeline: Any, params: Any, port: Any) -> None:
+def omni_admit_request(pipeline: Any, params: Any) -> None:
     """An unknown voice is a 400 before the request starts (omni_qwen.voices): called only for
     the pipelines omni-qwen takes part in (its bridge or ``requires_plugins: [qwen]``)."""
     from omni_qwen.voices import check_voices
 
-    # Plugin API 3 passes the PipelineView (its stage configs under .config), API 2 the config
-    check_voices(getattr(pipeline, "config", pipeline), params)
+    check_voices(pipeline.config, params)  # pipeline: the PipelineView
