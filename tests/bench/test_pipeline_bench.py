@@ -48,10 +48,10 @@ def test_percentiles_are_values_of_the_sample():
 
 def test_cpu_of_a_busy_process_counts_its_threads_time():
     before = cpu_s([os.getpid()])
-    end = time.perf_counter() + 0.05
-    while time.perf_counter() < end:
+    end = time.thread_time() + 0.05  # 50 ms of this thread's CPU, however loaded the machine
+    while time.thread_time() < end:
         pass
-    assert cpu_s([os.getpid()]) - before >= 0.03
+    assert cpu_s([os.getpid()]) - before >= 0.04
 
 
 def test_a_chain_process_that_exits_fails_the_bench_instead_of_hanging(tmp_path):
