@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
     from omni_core import PipelineConfig
 
-OMNI_PLUGIN_API_VERSION = 2
+OMNI_PLUGIN_API_VERSION = 3
 
 TINY_MODEL = "tiny-qwen3-omni"
 TINY_VERSION = "v1"  # bump whenever the builder's output changes (a new cache directory)
