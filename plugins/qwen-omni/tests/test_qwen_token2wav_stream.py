@@ -172,3 +172,24 @@ def test_the_generic_audio_option_streams(engine):
     with pytest.raises(RequestError, match=r"extra\.audio must be an object"):
         engine.add(plain("c", audio="stream"))
     assert not engine.requests
+
+
+def test_a_first_chunk_of_its_own_size(tiny_qwen):
+    stream = {"first_chunk_frames": 24, "first_right_context": 12}
+    t2w = build({"model": str(tiny_qwen), "threads": 1, "options": {"stream": stream}})
+    codes = codes_of(80)
+    t2w.add(request("f", codes[:35]))
+    assert not t2w.has_work()  # 24 + 12 codes make the first chunk
+    t2w.add_input("f", codes[35:36], final=False)
+    (first,) = t2w.step()
+    assert first.token_ids == codes[:24] and not first.finished
+    t2w.add_input("f", codes[36:71], final=False)
+    assert not t2w.has_work()  # then 24 + 24 as usual: up to code 72
+    t2w.add_input("f", codes[71:72], final=False)
+    (second,) = t2w.step()
+    assert second.token_ids == codes[24:48]
+    assert StreamOptions(**stream).sizes(24) == (24, 24)
+    with pytest.raises(ConfigError, match=r"stream\.first_chunk_frames: 18 is not a multiple"):
+        build({"model": str(tiny_qwen), "options": {"stream": {"first_chunk_frames": 18}}})
+    with pytest.raises(ConfigError, match=r"crossfade \(4\) must not exceed first_right_context"):
+        build({"model": str(tiny_qwen), "options": {"stream": {"first_right_context": 2}}})

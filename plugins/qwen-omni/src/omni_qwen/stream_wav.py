@@ -44,6 +44,14 @@ class StreamOptions(BaseModel):
     chunk_frames: int = Field(default=24, ge=1, description="codec frames decoded per chunk")
     left_context: int = Field(default=24, ge=0, description="past codec frames a chunk sees")
     right_context: int = Field(default=24, ge=0, description="future codec frames a chunk sees")
+    first_chunk_frames: int | None = Field(
+        default=None, ge=1, description="codec frames of the first chunk; unset: chunk_frames"
+    )
+    first_right_context: int | None = Field(
+        default=None,
+        ge=0,
+        description="future codec frames the first chunk sees; unset: right_context",
+    )
     crossfade: int = Field(
         default=4, ge=0, description="codec frames blended across a seam (<= right_context)"
     )
@@ -53,13 +61,28 @@ class StreamOptions(BaseModel):
         description="mel frames of BigVGAN padding per side; unset: its measured receptive field",
     )
 
+    def sizes(self, start: int) -> tuple[int, int]:
+        """(chunk frames, right context) of the chunk starting at codec frame ``start``: the
+        first chunk's own, if set, then ``chunk_frames`` and ``right_context``."""
+        if start > 0:
+            return self.chunk_frames, self.right_context
+        right = self.first_right_context
+        return (
+            self.first_chunk_frames or self.chunk_frames,
+            self.right_context if right is None else right,
+        )
+
     @model_validator(mode="after")
     def _fade_within_context(self) -> StreamOptions:
-        if self.crossfade > self.right_context:
-            raise ValueError(
-                f"crossfade ({self.crossfade}) must not exceed right_context "
-                f"({self.right_context}): the blended frames come from the right context"
-            )
+        for name, right in (
+            ("right_context", self.right_context),
+            ("first_right_context", self.first_right_context),
+        ):
+            if right is not None and self.crossfade > right:
+                raise ValueError(
+                    f"crossfade ({self.crossfade}) must not exceed {name} ({right}): the "
+                    "blended frames come from the right context"
+                )
         return self
 
 
@@ -71,6 +94,7 @@ def check_alignment(opts: StreamOptions, block_codes: int) -> None:
         for name, value in (
             ("chunk_frames", opts.chunk_frames),
             ("left_context", opts.left_context),
+            ("first_chunk_frames", opts.first_chunk_frames or 0),
         )
         if value % block_codes
     ]
@@ -202,10 +226,10 @@ class StreamDecoder:
     def ready(self, codes: list[int], final: bool) -> bool:
         """A chunk can be decoded: its codes and right context arrived, or the input is final
         (the utterance is not done while its owner holds it)."""
-        st, opts = self.state, self.synth.stream
         if final:
             return True
-        return len(codes) >= st.next_code + opts.chunk_frames + opts.right_context
+        chunk, right = self.synth.stream.sizes(self.state.next_code)
+        return len(codes) >= self.state.next_code + chunk + right
 
     def step(self, codes: list[int], final: bool) -> tuple[Any, bool]:
         """Decode the next chunk: (its new waveform samples, whether the utterance is done)."""
@@ -222,8 +246,9 @@ class StreamDecoder:
             wave = synth.wave(st.mel, st.voiced - st.mel_start, n * rep - st.mel_start)
             st.voiced = n * rep
             return wave, True
-        end = min(n, start + opts.chunk_frames)
-        lo, hi = max(0, start - opts.left_context), min(n, end + opts.right_context)
+        chunk, right = opts.sizes(start)
+        end = min(n, start + chunk)
+        lo, hi = max(0, start - opts.left_context), min(n, end + right)
         noise = torch.cat(st.noise, dim=1)[:, lo * rep : hi * rep]
         window = synth.mel(codes[lo:hi], noise, self.speaker)
         core = window[..., (start - lo) * rep : (end - lo) * rep].clone()
