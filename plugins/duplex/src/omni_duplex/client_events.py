@@ -13,7 +13,7 @@ import binascii
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 
 from omni_duplex import protocol as P
 from omni_duplex.config import WIRE_SAMPLE_RATE
@@ -99,6 +99,13 @@ class _CreateItem(_Event):
     previous_item_id: StrictStr | None = None
 
 
+class _TruncateItem(_Event):
+    type: Literal["conversation.item.truncate"]
+    item_id: StrictStr
+    content_index: StrictInt = Field(default=0, ge=0)
+    audio_end_ms: StrictInt = Field(ge=0)
+
+
 _MODELS: dict[str, type[_Event]] = {
     "input_audio_buffer.append": _Append,
     "input_audio_buffer.commit": _Plain,
@@ -107,6 +114,7 @@ _MODELS: dict[str, type[_Event]] = {
     "response.create": _CreateResponse,
     "session.update": _UpdateSession,
     "conversation.item.create": _CreateItem,
+    "conversation.item.truncate": _TruncateItem,
 }
 
 
@@ -195,6 +203,15 @@ def _commands(ev: _Event, eid: str | None) -> list[P.Command]:
         return [P.CreateResponse(options=ev.response or {}, event_id=eid)]
     if isinstance(ev, _UpdateSession):
         return [P.UpdateSession(session=_session_changes(ev.session, eid), event_id=eid)]
+    if isinstance(ev, _TruncateItem):
+        return [
+            P.TruncateItem(
+                item_id=ev.item_id,
+                content_index=ev.content_index,
+                audio_end_ms=ev.audio_end_ms,
+                event_id=eid,
+            )
+        ]
     assert isinstance(ev, _CreateItem)
     item = ev.item
     texts = [c.text for c in item.content if c.type in ("input_text", "text")]

@@ -68,6 +68,9 @@ class DuplexModel(ABC):
 
     name: str = ""
     input_sample_rate: int = 16_000
+    # True: the history keeps each spoken user turn's audio (``"audio"``, at the input rate) for
+    # plan_response; False: text only
+    keeps_audio: bool = False
 
     def validate_pipeline(self, pipeline: PipelineView) -> list[str]:
         """Problems (one line each) that keep this pipeline from serving sessions."""

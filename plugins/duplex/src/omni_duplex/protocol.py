@@ -53,6 +53,16 @@ class ClearInput(Command):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class TruncateItem(Command):
+    """``conversation.item.truncate``: the user heard only ``audio_end_ms`` of an assistant
+    reply; the rest of its text is cut from the history the model sees."""
+
+    item_id: str
+    content_index: int = 0
+    audio_end_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class UpdateSession(Command):
     session: dict[str, Any] = field(default_factory=dict)
 
@@ -71,6 +81,7 @@ TEXT_DELTA = "response.output_text.delta"
 AUDIO_DELTA = "response.output_audio.delta"
 RESPONSE_DONE = "response.done"
 ITEM_DELETED = "conversation.item.deleted"  # dropped from the history (max_history_*)
+ITEM_TRUNCATED = "conversation.item.truncated"
 ERROR = "error"
 
 TERMINAL_EVENTS = frozenset({SESSION_CLOSED, SESSION_EXPIRED})

@@ -192,6 +192,8 @@ class SessionRunner:
             self._clear_text()
             self.vad, self.speech_item = self._new_vad(), None
             self.emit(P.INPUT_CLEARED)
+        elif isinstance(cmd, P.TruncateItem):
+            self._truncate(cmd)
         elif isinstance(cmd, P.UpdateSession):
             config = self._resolved(self.config.updated(cmd.session))
             vad = self._new_vad(config)  # a VAD that cannot be made leaves the session as it was
@@ -273,11 +275,14 @@ class SessionRunner:
         self.pending_bytes -= self.text_bytes
         self.text_parts, self.text_bytes = [], 0
 
-    def _remember(self, role: str, item_id: str, text: str) -> None:
+    def _remember(self, role: str, item_id: str, text: str, **more: Any) -> None:
         """Add to the history; past ``max_history_turns``/``max_history_bytes`` the oldest items
-        are dropped (each with a ``conversation.item.deleted`` event)."""
+        are dropped (each with a ``conversation.item.deleted`` event). ``more``: ``audio`` of a
+        spoken turn (kept when the model asks), ``audio_ms`` of a reply."""
         section = self.manager.section
-        self.history.append({"role": role, "item_id": item_id, "text": text})
+        item = {"role": role, "item_id": item_id, "text": text}
+        item.update({k: v for k, v in more.items() if v is not None})
+        self.history.append(item)
         self.history_bytes += len(text.encode("utf-8", "surrogatepass"))
         while self.history and (
             len(self.history) > section.max_history_turns
@@ -286,6 +291,44 @@ class SessionRunner:
             old = self.history.popleft()
             self.history_bytes -= len(old["text"].encode("utf-8", "surrogatepass"))
             self.emit(P.ITEM_DELETED, item_id=old["item_id"], reason="history_limit")
+
+    def _truncate(self, cmd: P.TruncateItem) -> None:
+        """Keep only what the user heard of an assistant reply: the share of its text spoken in
+        ``audio_end_ms`` of its audio (cut at a word boundary); the model never sees the rest."""
+        item = next((h for h in self.history if h["item_id"] == cmd.item_id), None)
+        if item is None or item["role"] != "assistant":
+            raise DuplexError(
+                "item_truncate_invalid_item_id",
+                f"conversation.item.truncate: 'item_id': no assistant item '{cmd.item_id}' in the "
+                "conversation",
+            )
+        if cmd.content_index != 0:
+            raise DuplexError(
+                "invalid_event",
+                f"conversation.item.truncate: 'content_index': {cmd.content_index}; a reply has "
+                "one content part (0)",
+            )
+        total = item.get("audio_ms", 0)
+        if cmd.audio_end_ms > total:
+            raise DuplexError(
+                "invalid_event",
+                f"conversation.item.truncate: 'audio_end_ms' {cmd.audio_end_ms} is past the "
+                f"reply's audio ({total} ms)",
+            )
+        text = item["text"]
+        keep = len(text) * cmd.audio_end_ms // total if total else 0
+        if 0 < keep < len(text) and not text[keep].isspace():
+            keep = text.rfind(" ", 0, keep) + 1  # no half word
+        cut = text[:keep].rstrip()
+        self.history_bytes -= len(text.encode("utf-8", "surrogatepass"))
+        self.history_bytes += len(cut.encode("utf-8", "surrogatepass"))
+        item["text"], item["audio_ms"] = cut, cmd.audio_end_ms
+        self.emit(
+            P.ITEM_TRUNCATED,
+            item_id=cmd.item_id,
+            content_index=0,
+            audio_end_ms=cmd.audio_end_ms,
+        )
 
     async def _commit(
         self, create_response: bool, event_id: Any, item_id: str | None = None
@@ -325,7 +368,8 @@ class SessionRunner:
         )
         plan = self.model.plan_response(context)
         for turn in self.turns:
-            self._remember("user", turn.item_id, turn.text)
+            audio = turn.audio if self.model.keeps_audio else None
+            self._remember("user", turn.item_id, turn.text, audio=audio)
         self.turns.clear()
         self._runs += 1
         epoch = self.epoch
@@ -389,7 +433,7 @@ class SessionRunner:
             text=text,
             audio_ms=audio_ms,
         )
-        self._remember("assistant", resp.item_id, text)
+        self._remember("assistant", resp.item_id, text, audio_ms=audio_ms)
         self.lease.touch(time.monotonic())
         self.manager.schedule(self)
 
