@@ -13,6 +13,7 @@ the config dict).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import itertools
 import json
@@ -21,8 +22,11 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from omni_core.errors import EngineDeadError, StartupError
 from omni_core.outputs import StageOutput
@@ -34,6 +38,7 @@ from omni_core.stage.dataplane import (
     reclaim_segments,
 )
 from omni_core.stage.local import LocalStageClient
+from omni_core.stage.shared_media import media_bytes, share_media
 from omni_core.stage.wire import (
     HANDLE_FREE,
     HEADER,
@@ -43,14 +48,23 @@ from omni_core.stage.wire import (
     Outputs,
     add_frame,
     encode,
+    encode_large,
     outputs_of,
     pack_any,
     parent_frames,
 )
 
+# A request frame whose prompt holds this many bytes of images or arrays is packed in a thread,
+# its large items through shared memory, not pickled on the orchestrator's loop: a 16 Mpx image
+# took the loop 121-279 ms (docs/security.md, "Measured").
+PACK_OFF_LOOP_BYTES = 1 << 20
+
 
 class ProcessStageClient(LocalStageClient):
-    """Parent side of a process replica: sends commands, streams outputs, correlates calls."""
+    """Parent side of a process replica: sends commands, streams outputs, correlates calls.
+
+    A frame with a large prompt (:data:`PACK_OFF_LOOP_BYTES`) is packed in a thread; the frames
+    of its request that follow it (stream inputs, an abort) wait for it, so none overtakes it."""
 
     def __init__(
         self,
@@ -74,6 +88,8 @@ class ProcessStageClient(LocalStageClient):
         self._ids = itertools.count()
         self._plane = SharedMemoryDataPlane()
         self._codec_state: dict[str, Any] = {}  # payload codecs' per-request state (wire)
+        # per request: its last frame being packed off the loop (done once written)
+        self._packing: dict[str, asyncio.Future[None]] = {}
         self.compute_s = 0.0  # engine time the worker reported (steps, requests and inputs)
 
     def worker_spec(self) -> dict[str, Any]:
@@ -192,14 +208,57 @@ class ProcessStageClient(LocalStageClient):
         return await fut
 
     async def add_request(self, request: StageRequest) -> None:
-        self._send(add_frame(request))
+        rid = request.request_id
+        if rid in self._packing or media_bytes(request.prompt) >= PACK_OFF_LOOP_BYTES:
+            await self._send_in_order(
+                rid, request.prompt, lambda p: add_frame(msgspec.structs.replace(request, prompt=p))
+            )
+        else:
+            self._send(add_frame(request))
 
     async def add_input(self, request_id: str, prompt: Any, final: bool) -> None:
-        self._send(Input(request_id, pack_any(prompt), final))
+        if request_id in self._packing or media_bytes(prompt) >= PACK_OFF_LOOP_BYTES:
+            await self._send_in_order(
+                request_id, prompt, lambda p: Input(request_id, pack_any(p), final)
+            )
+        else:
+            self._send(Input(request_id, pack_any(prompt), final))
+
+    async def _send_in_order(
+        self, request_id: str, prompt: Any, frame: Callable[[Any], Any]
+    ) -> None:
+        """Send ``frame(prompt)`` after the frames of ``request_id`` still being packed, packing
+        it in a thread: its large images and arrays go to shared-memory files the stage process
+        reads (:mod:`~omni_core.stage.shared_media`), the rest is encoded there too; the
+        loop only writes the frame, small, to the socket."""
+        earlier = self._packing.get(request_id)
+        mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._packing[request_id] = mine
+        paths: list[str] = []
+        try:
+            if earlier is not None:
+                await asyncio.shield(earlier)
+            data = await asyncio.to_thread(
+                lambda: encode_large(frame(share_media(prompt, self._plane, paths)))
+            )
+            self.check_alive()
+            assert self._transport is not None
+            self._transport.write(data)
+            paths.clear()  # the stage process takes them
+        finally:
+            mine.set_result(None)
+            if self._packing.get(request_id) is mine:
+                del self._packing[request_id]
+            for path in paths:  # never sent: nobody else removes them
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
 
     async def abort(self, request_ids: list[str]) -> None:
         for rid in request_ids:  # what payload codecs kept for them (no output follows)
             self._codec_state.pop(rid, None)
+        packing = [self._packing[rid] for rid in request_ids if rid in self._packing]
+        if packing:  # an abort never overtakes its request's add
+            await asyncio.wait(packing)
         await self._call("abort", list(request_ids))
 
     async def collective_rpc(

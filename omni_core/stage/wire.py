@@ -23,7 +23,9 @@ Pickle remains only where arbitrary user objects must pass, as an extension valu
 frame: control-RPC arguments and results, ``SamplingParams.extra``, prompts that are neither
 text nor token ids (multimodal dicts), and engine payloads no codec types (a diffusion
 ``Image``, a ``torch`` engine's own objects: their arrays are data-plane handles, so what is
-pickled is small). An ``AudioChunk`` has a codec here: its handle and rate cross typed.
+pickled is small). An ``AudioChunk`` has a codec here: its handle and rate cross typed. A
+prompt's large images and arrays are written to shared-memory files first, in a thread of the
+client (:mod:`omni_core.stage.shared_media`): its pickle only names them.
 """
 
 from __future__ import annotations
@@ -251,6 +253,15 @@ def encode(frame: msgspec.Struct) -> bytes:
     return HEADER.pack(len(body)) + body
 
 
+def encode_large(frame: msgspec.Struct) -> bytearray:
+    """:func:`encode` for a large frame (run off the event loop): one buffer, no copy of the body
+    to prepend its length."""
+    buf = bytearray(HEADER.size)
+    _ENCODER.encode_into(frame, buf, HEADER.size)
+    HEADER.pack_into(buf, 0, len(buf) - HEADER.size)
+    return buf
+
+
 def decode_to_worker(body: bytes | bytearray | memoryview) -> Add | Input | Call:
     return _TO_WORKER.decode(body)
 
@@ -451,6 +462,7 @@ __all__ = [
     "decode_to_parent",
     "decode_to_worker",
     "encode",
+    "encode_large",
     "outputs_frame",
     "outputs_of",
     "pack_any",
