@@ -8,6 +8,7 @@ import asyncio
 import hashlib
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,6 +17,8 @@ from PIL import Image
 from omni_core.sampling import SamplingParams
 from omni_core.stage.client import StageRequest
 from omni_core.stage.process import ProcessStageClient
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -26,9 +29,8 @@ def image() -> Image.Image:
 
 @pytest.fixture
 async def client() -> AsyncIterator[ProcessStageClient]:
-    replica = ProcessStageClient(
-        "stage 'echo' replica 0", {"factory": "tests.stage.media_echo:worker_engine"}
-    )
+    config = {"factory": "tests.stage.engines:media_echo"}
+    replica = ProcessStageClient("stage 'echo' replica 0", config, env={"PYTHONPATH": str(ROOT)})
     await replica.start()
     yield replica
     await replica.shutdown()

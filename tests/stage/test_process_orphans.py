@@ -22,25 +22,6 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR
 
 ROOT = Path(__file__).resolve().parents[2]
 
-FACTORY = """
-import os, pathlib, time
-
-class Idle:
-    dead = False
-    step_delay_s = 0.0
-    def add(self, request): pass
-    def add_input(self, request_id, prompt, final): pass
-    def abort(self, request_ids): pass
-    def rpc(self, method, args, kwargs): return None
-    def has_work(self): return False
-    def step(self): return []
-
-def build(config):
-    pathlib.Path(config["pidfile"]).write_text(str(os.getpid()))
-    time.sleep(config["sleep"])  # a slow start: imports, weights
-    return Idle()
-"""
-
 PARENT = """
 import asyncio, json, sys
 from omni_core.stage.process import ProcessStageClient
@@ -70,17 +51,20 @@ def wait_for_pid(pidfile: Path, timeout: float = 30.0) -> int:
 
 @pytest.fixture
 def factory(tmp_path: Path) -> Path:
-    (tmp_path / "slow_factory.py").write_text(FACTORY)
-    return tmp_path
+    return tmp_path  # where the engine writes its pid
 
 
 def config(tmp_path: Path, sleep: float) -> dict:
-    return {"factory": "slow_factory:build", "pidfile": str(tmp_path / "pid"), "sleep": sleep}
+    return {
+        "factory": "tests.stage.engines:slow_build",
+        "pidfile": str(tmp_path / "pid"),
+        "sleep": sleep,
+    }
 
 
 def test_sigkill_of_the_engine_process_during_startup_leaves_no_stage_process(factory):
     parent = subprocess.Popen(
-        [sys.executable, "-c", PARENT, json.dumps(config(factory, 60)), str(factory)], cwd=ROOT
+        [sys.executable, "-c", PARENT, json.dumps(config(factory, 60)), str(ROOT)], cwd=ROOT
     )
     worker = None
     try:
@@ -120,7 +104,7 @@ def run_worker(
                 ],
                 pass_fds=[theirs.fileno()],
                 cwd=ROOT,
-                env={**os.environ, "PYTHONPATH": str(tmp_path)},
+                env={**os.environ, "PYTHONPATH": str(ROOT)},
             )
         )
         if until is not None:

@@ -23,24 +23,6 @@ from omni_core.stage.process import ProcessStageClient
 
 ROOT = Path(__file__).resolve().parents[2]
 
-FACTORY = """
-from omni_core.stage.dataplane import default_plane
-
-class Putter:
-    dead = False
-    step_delay_s = 0.0
-    def add(self, request): pass
-    def add_input(self, request_id, prompt, final): pass
-    def abort(self, request_ids): pass
-    def rpc(self, method, args, kwargs):
-        return default_plane().put(bytearray(8)).name  # what a stage hands its engine process
-    def has_work(self): return False
-    def step(self): return []
-
-def build(config):
-    return Putter()
-"""
-
 
 def killed_engine_segment(directory: Path) -> str:
     """The segment an engine process left when it was SIGKILLed between put and take."""
@@ -94,9 +76,8 @@ async def test_a_restarted_engine_reclaims_and_its_stages_segments_are_its_own(
     leaked = killed_engine_segment(tmp_path)
     stage_directory = SharedMemoryDataPlane().directory  # where the stage process puts
     monkeypatch.setattr(dataplane, "SHM_DIR", str(tmp_path))
-    (tmp_path / "factory_mod.py").write_text(FACTORY)
     client = ProcessStageClient(
-        "putter", {"factory": "factory_mod:build"}, env={"PYTHONPATH": str(tmp_path)}
+        "putter", {"factory": "tests.stage.engines:putter"}, env={"PYTHONPATH": str(ROOT)}
     )
     await client.start()
     try:
