@@ -15,28 +15,17 @@ from omni_core.outputs import StageOutput
 from omni_core.sampling import SamplingParams
 from omni_core.stage import worker
 from omni_core.stage.wire import Add, decode_to_parent, encode, split
+from tests.stage.engines import IdleEngine
 
 
-class EchoEngine:
+class EchoEngine(IdleEngine):
     """Finishes every request in one step; request 'np' answers numpy token ids."""
-
-    dead = False
-    step_delay_s = 0.0
 
     def __init__(self) -> None:
         self.pending: list[str] = []
 
     def add(self, request: Any) -> None:
         self.pending.append(request.request_id)
-
-    def add_input(self, request_id: str, prompt: Any, final: bool) -> None:
-        pass
-
-    def abort(self, request_ids: list[str]) -> None:
-        pass
-
-    def rpc(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        return None
 
     def has_work(self) -> bool:
         return bool(self.pending)
