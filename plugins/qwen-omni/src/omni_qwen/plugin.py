@@ -61,6 +61,11 @@ def omni_register_pipelines() -> Iterable[PipelineSpec]:
 
         return omni_pipeline()
 
+    def duplex() -> PipelineConfig:
+        from omni_qwen.duplex import duplex_pipeline
+
+        return duplex_pipeline()
+
     return [
         PipelineSpec(
             "qwen2.5-omni-thinker",
@@ -74,6 +79,26 @@ def omni_register_pipelines() -> Iterable[PipelineSpec]:
             "text/audio/image in, text and 24 kHz speech out",
             default=True,  # omni run with no PIPELINE (docs/models.md: the main job)
         ),
+        PipelineSpec(
+            "qwen2.5-omni-duplex",
+            duplex,
+            "qwen2.5-omni as full-duplex speech sessions (needs omni-duplex): spoken turns "
+            "heard as audio, text + streamed speech replies",
+        ),
+    ]
+
+
+@hookimpl(optionalhook=True)
+def omni_duplex_register_models() -> Iterable[Any]:
+    """omni-duplex's hook (optional: omni-qwen works without omni-duplex installed)."""
+    from omni_duplex.model import DuplexModelSpec
+
+    from omni_qwen.duplex import MODEL, build_model
+
+    return [
+        DuplexModelSpec(
+            MODEL, build_model, "Qwen2.5-Omni: spoken turns as audio, text + streamed speech"
+        )
     ]
 
 

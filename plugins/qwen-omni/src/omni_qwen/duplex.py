@@ -1,0 +1,150 @@
+"""Qwen2.5-Omni as an omni-duplex model plug (``qwen2.5-omni``) and the ``qwen2.5-omni-duplex``
+pipeline: thinker (vLLM) → talker → token2wav served as full-duplex sessions.
+
+The user's committed audio reaches the thinker **as audio**: each spoken turn is an
+``<|audio_bos|><|AUDIO|><|audio_eos|>`` placeholder in the prompt (rendered with Qwen2.5-Omni's
+chat-template turn markers) and its samples go in ``multi_modal_data`` (16 kHz float32), so the
+thinker's audio encoder hears it; typed text goes in as text. The reply streams as the thinker's
+text deltas and token2wav's speech (the generic audio option ``stream``: voiced chunk by chunk).
+
+Each response is a **fresh thinker request over the whole conversation** (the fallback of
+issue 29): the talker needs the thinker's per-token hidden states of the prompt and the reply,
+and the ``vllm`` kind refuses streamed (resumable) input on a stage with ``hidden_states``, which
+also needs prefix caching off (every prompt position computed). So every turn prefills the whole
+history; :data:`MAX_AUDIO_TURNS` caps the spoken turns kept as audio (older ones become a short
+text note) and the stage's ``max_model_len`` caps the rest (a turn past it fails with one
+``error`` event, the engine keeps serving).
+
+Imported only through omni-qwen's optional ``omni_duplex_register_models`` hook implementation:
+omni-qwen works without omni-duplex installed.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from omni_core import PipelineConfig
+
+logger = logging.getLogger(__name__)
+
+MODEL = "qwen2.5-omni"
+PIPELINE = "qwen2.5-omni-duplex"
+INPUT_RATE = 16_000  # the thinker's audio encoder (Whisper features)
+MAX_AUDIO_TURNS = 4  # spoken turns kept as audio in one prompt (limit_mm_per_prompt.audio)
+MAX_MODEL_LEN = 2048
+AUDIO_PART = "<|audio_bos|><|AUDIO|><|audio_eos|>"
+# Qwen2.5-Omni's own system prompt: the released model speaks only under it
+SYSTEM_PROMPT = (
+    "You are Qwen, a virtual human developed by the Qwen Team, Alibaba Group, capable of "
+    "perceiving auditory and visual inputs, as well as generating text and speech."
+)
+EARLIER_AUDIO = "(an earlier spoken turn)"
+
+
+def turn(role: str, content: str) -> str:
+    """One chat-template turn (Qwen2.5-Omni's markers)."""
+    return f"<|im_start|>{role}\n{content}<|im_end|>\n"
+
+
+def render(
+    system: str, history: list[dict[str, Any]], turns: list[Any], max_audio: int
+) -> dict[str, Any]:
+    """The thinker prompt of a conversation: ``{"prompt": text, "multi_modal_data": ...}``.
+
+    ``history`` items: ``{"role", "text"}`` plus ``"audio"`` (16 kHz float32) for a spoken user
+    turn; ``turns``: the new committed :class:`~omni_duplex.model.UserTurn` s. The newest
+    ``max_audio`` spoken turns go in as audio, older ones as :data:`EARLIER_AUDIO`."""
+    items: list[tuple[str, str, Any]] = [
+        (h["role"], h.get("text", ""), h.get("audio")) for h in history
+    ]
+    items += [("user", t.text, t.audio) for t in turns]
+    spoken = [i for i, (_, _, audio) in enumerate(items) if audio is not None]
+    heard = set(spoken[-max_audio:]) if max_audio > 0 else set()
+    parts = [turn("system", system)]
+    audios = []
+    for index, (role, text, audio) in enumerate(items):
+        body = ""
+        if audio is not None:
+            if index in heard:
+                body += AUDIO_PART
+                audios.append((audio, INPUT_RATE))
+            else:
+                body += EARLIER_AUDIO
+        body += text
+        parts.append(turn(role, body))
+    parts.append("<|im_start|>assistant\n")
+    prompt: dict[str, Any] = {"prompt": "".join(parts)}
+    if audios:
+        prompt["multi_modal_data"] = {"audio": audios}
+    return prompt
+
+
+def build_model(pipeline: Any, section: Any) -> Any:
+    """The plug for one engine (the ``omni_duplex_register_models`` factory)."""
+    from omni_duplex.model import TinyOmniModel
+
+    class QwenOmniDuplexModel(TinyOmniModel):
+        """Spoken turns as audio, typed turns as text, the conversation re-rendered each
+        response; outputs projected as the tiny plug does (text deltas, 24 kHz audio)."""
+
+        name = MODEL
+        input_sample_rate = INPUT_RATE
+        keeps_audio = True  # the session keeps spoken turns' audio in its history
+
+        def validate_pipeline(self, pipeline: Any) -> list[str]:
+            problems = list(super().validate_pipeline(pipeline))
+            first = pipeline.stages.get(0)
+            if first is None or first.config.kind != "vllm":
+                problems.append(
+                    f"{pipeline.config.source}: duplex model '{MODEL}' needs stage 0 to be the "
+                    "Qwen2.5-Omni thinker on the vllm kind"
+                )
+            return problems
+
+        def plan_response(self, context: Any) -> Any:
+            import msgspec
+            from omni_duplex.model import ResponsePlan
+
+            from omni_core.extend import AUDIO_OPTIONS
+
+            prompt = render(
+                context.session.instructions or SYSTEM_PROMPT,
+                context.history,
+                context.turns,
+                MAX_AUDIO_TURNS,
+            )
+            wants_audio = "audio" in context.session.output_modalities
+            params = dict(context.default_params)
+            limit = context.session.max_output_tokens
+            for sid, value in params.items():
+                changes: dict[str, Any] = {}
+                if sid == 0 and limit is not None:
+                    changes["max_tokens"] = limit
+                if wants_audio:
+                    changes["extra"] = {**value.extra, AUDIO_OPTIONS: {"stream": True}}
+                if changes:
+                    params[sid] = msgspec.structs.replace(value, **changes)
+            return ResponsePlan(prompt, params, None if wants_audio else ["text"])
+
+    return QwenOmniDuplexModel()
+
+
+def duplex_pipeline(model: str = "tiny-qwen2.5-omni") -> PipelineConfig:
+    """``qwen2.5-omni`` (thinker → talker → token2wav) as a duplex engine: the thinker takes up
+    to :data:`MAX_AUDIO_TURNS` audio items and :data:`MAX_MODEL_LEN` tokens (a conversation)."""
+    from omni_core import PipelineConfig
+    from omni_qwen.pipelines import omni_pipeline
+
+    data = omni_pipeline(model).model_dump(exclude_unset=True)
+    thinker = data["stages"][0]["engine_args"]
+    thinker["max_model_len"] = MAX_MODEL_LEN
+    thinker["engine"]["limit_mm_per_prompt"]["audio"] = MAX_AUDIO_TURNS
+    data.update(
+        name=PIPELINE,
+        engine="duplex",
+        requires_plugins=["qwen", "duplex"],
+        duplex={"model": MODEL},
+    )
+    return PipelineConfig.from_dict(data, source=f"<pipeline {PIPELINE} (omni-qwen)>")

@@ -1,0 +1,173 @@
+"""``omni serve qwen2.5-omni-duplex`` (issue 29) driven by the official ``openai`` package's
+realtime client: a spoken question (one of omni-duplex's speech clips) reaches the thinker as
+audio (the audio placeholder tokens are in the thinker's prompt ids) and the reply streams as text
+and audio deltas; a cancelled reply and ``conversation.item.truncate``; the per-turn prefill of
+the fresh-request-per-turn path; a session pushed past the thinker's ``max_model_len`` gets one
+error event and the engine keeps serving other sessions. One server for the module."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import threading
+from typing import Any
+
+import openai
+import pytest
+from omni_duplex.audio import encode_pcm16, resample
+from omni_duplex.vad_eval import CLIP_DIR, RATE, load_speech
+from omni_qwen.duplex import MAX_MODEL_LEN, duplex_pipeline
+
+from omni_core import OmniSettings
+from omni_core.testing.server import running_server
+
+AUDIO_TOKEN, AUDIO_BOS = 4003, 4004  # tiny-qwen2.5-omni's <|AUDIO|> and <|audio_bos|>
+NO_VAD = {"type": "realtime", "audio": {"input": {"turn_detection": None}}}
+TEXT_ONLY = {**NO_VAD, "max_output_tokens": 4, "output_modalities": ["text"]}
+
+
+def clip(name: str = "speech_question") -> str:
+    (samples,) = load_speech(CLIP_DIR, f"{name}.wav")
+    return base64.b64encode(encode_pcm16(resample(samples, RATE, 24_000))).decode()
+
+
+class Recorder:
+    """The thinker's prompt ids and the plans of every response (wrapping the shared plug)."""
+
+    def __init__(self, model: Any) -> None:
+        self.lock = threading.Lock()
+        self.prompts: list[list[int]] = []
+        self.plans: list[Any] = []
+        project, plan = model.project, model.plan_response
+
+        def recording_project(out: Any) -> Any:
+            ids = getattr(out.payload, "prompt_token_ids", None) if out.stage_id == 0 else None
+            if ids is not None:
+                with self.lock:
+                    if not self.prompts or self.prompts[-1] != list(ids):
+                        self.prompts.append(list(ids))
+            return project(out)
+
+        def recording_plan(context: Any) -> Any:
+            result = plan(context)
+            with self.lock:
+                self.plans.append(result)
+            return result
+
+        model.project, model.plan_response = recording_project, recording_plan
+
+
+@pytest.fixture(scope="module")
+def served(tiny_qwen, qwen_cache):
+    settings = OmniSettings(cache_dir=qwen_cache, startup_timeout_s=600.0, shutdown_timeout_s=5)
+    with running_server(duplex_pipeline(), settings=settings, entry_points=True) as (base, eng, _):
+        client = openai.OpenAI(base_url=f"{base}/v1", api_key="x", max_retries=0, timeout=300)
+        yield client, eng, Recorder(eng.orchestrator.sessions.model)
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
+
+
+def until(conn: Any, *types: str) -> list[Any]:
+    seen = []
+    while True:
+        event = conn.recv()
+        seen.append(event)
+        if event.type in types:
+            return seen
+
+
+def prefilled(engine: Any) -> int:
+    """Prompt tokens the thinker stage sent to prefill so far (the vllm kind's ``get_state``)."""
+    (state,) = asyncio.run(engine.collective_rpc("get_state", stage_ids=[0]))
+    return int(state["prefilled_tokens"])
+
+
+def test_a_spoken_question_reaches_the_thinker_as_audio_and_the_reply_streams(served):
+    client, _, rec = served
+    with client.realtime.connect(model="qwen2.5-omni-duplex") as conn:
+        assert conn.recv().type == "session.created"
+        conn.session.update(session={**NO_VAD, "max_output_tokens": 8})
+        until(conn, "session.updated")
+        conn.input_audio_buffer.append(audio=clip())
+        conn.input_audio_buffer.commit()
+        conn.response.create()
+        seen = until(conn, "response.done", "error")
+    kinds = [e.type for e in seen]
+    assert seen[-1].type == "response.done" and seen[-1].response.status == "completed", seen[-1]
+    assert "response.output_text.delta" in kinds and "response.output_audio.delta" in kinds
+    prompt = rec.prompts[-1]
+    assert prompt.count(AUDIO_BOS) == 1 and prompt.count(AUDIO_TOKEN) >= 20  # ~1 s of speech
+    assert "<|audio_bos|><|AUDIO|><|audio_eos|><|im_end|>" in rec.plans[-1].prompt["prompt"]
+
+
+def test_cancel_then_truncate_keeps_only_what_was_heard(served):
+    client, _, rec = served
+    with client.realtime.connect(model="qwen2.5-omni-duplex") as conn:
+        conn.recv()
+        conn.session.update(session={**NO_VAD, "max_output_tokens": 64})
+        until(conn, "session.updated")
+        conn.conversation.item.create(item=user("Tell me a story."))
+        conn.response.create()
+        until(conn, "response.output_audio.delta")
+        conn.response.cancel()
+        done = until(conn, "response.done")[-1].response
+        assert done.status == "cancelled"
+        (item,) = done.output
+        transcript, audio_ms = item.content[0].transcript, done.model_extra["audio_ms"]
+        assert len(transcript.split()) >= 4 and audio_ms > 0
+        conn.conversation.item.truncate(
+            item_id=item.id, content_index=0, audio_end_ms=audio_ms // 2
+        )
+        truncated = until(conn, "conversation.item.truncated", "error")[-1]
+        assert truncated.type == "conversation.item.truncated", truncated
+        conn.conversation.item.create(item=user("And then?"))
+        conn.response.create()
+        until(conn, "response.created")
+        prompt = rec.plans[-1].prompt["prompt"]
+        conn.response.cancel()
+        until(conn, "response.done")
+    heard = prompt.split("<|im_start|>assistant\n")[-2].split("<|im_end|>")[0]
+    assert heard and len(heard) < len(transcript) and transcript.startswith(heard)
+
+
+def test_fresh_request_per_turn_prefills_the_whole_history(served):
+    """The fallback (thinker with hidden states: no resumable request, no prefix caching): each
+    turn prefills the whole conversation, so the per-turn prefill grows with the history."""
+    client, engine, rec = served
+    per_turn, prompt_lens = [], []
+    with client.realtime.connect(model="qwen2.5-omni-duplex") as conn:
+        conn.recv()
+        conn.session.update(session=TEXT_ONLY)
+        until(conn, "session.updated")
+        for i in range(3):
+            before = prefilled(engine)
+            conn.conversation.item.create(item=user(f"Turn {i}: what is the weather like?"))
+            conn.response.create()
+            assert until(conn, "response.done")[-1].response.status == "completed"
+            per_turn.append(prefilled(engine) - before)
+            prompt_lens.append(len(rec.prompts[-1]))
+    assert per_turn == prompt_lens  # the whole prompt, every turn
+    assert per_turn[0] < per_turn[1] < per_turn[2]
+
+
+def test_a_session_past_the_context_cap_gets_an_error_and_others_are_served(served):
+    client, _, _ = served
+    with client.realtime.connect(model="qwen2.5-omni-duplex") as conn:
+        conn.recv()
+        conn.session.update(session={**NO_VAD, "max_output_tokens": 4})
+        until(conn, "session.updated")
+        conn.conversation.item.create(item=user("hello " * MAX_MODEL_LEN))
+        conn.response.create()
+        seen = until(conn, "response.done")
+        errors = [e for e in seen if e.type == "error"]
+        assert len(errors) == 1 and "max_model_len" in errors[0].error.message, errors
+        assert seen[-1].response.status == "failed"
+    with client.realtime.connect(model="qwen2.5-omni-duplex") as other:
+        other.recv()
+        other.session.update(session=TEXT_ONLY)
+        until(other, "session.updated")
+        other.conversation.item.create(item=user("Hi."))
+        other.response.create()
+        assert until(other, "response.done")[-1].response.status == "completed"
