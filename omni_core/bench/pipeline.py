@@ -4,7 +4,13 @@ in the same run.
 
 Every request asks for exactly 24 thinker and 12 talker tokens (``ignore_eos``), so both sides
 do the same work; the check is that every request of both got the whole audio (12 codes' worth of
-samples). Figures per concurrency C: requests/s and p50/p99 time to first audio, omni-core with
+samples). With ``stream`` edges the talker's context is interleaved (thinker chunk, talker
+segment, ...: docs/stages.md) and each of the 3 thinker chunks of 8 generates its own segment, so
+there the talker asks for 12 / 3 = 4 tokens per segment and the vocoder voices chunks of 4 codes:
+the same 12 talker tokens and the same audio per request as ``on_finish`` (like for like; the
+tokens each stage generated per request are printed per mode).
+
+Figures per concurrency C: requests/s and p50/p99 time to first audio, omni-core with
 ``on_finish`` edges against the chain (which forwards on finish too); outside ``--quick`` also
 with ``on_finish`` edges and no text output (``audio only``: like the chain, which streams no
 text to its caller) and with ``stream`` edges; the prompt tokens each vLLM stage prefilled per
@@ -30,6 +36,9 @@ from omni_core.plugin.hooks import PluginHost
 
 LEVELS = (1, 8, 32)
 THINKER_TOKENS, TALKER_TOKENS = 24, 12
+THINKER_CHUNK = 8  # tiny-omni's thinker → talker stream edge
+SEGMENTS = THINKER_TOKENS // THINKER_CHUNK  # talker segments per request with ``stream`` edges
+STREAM_VOCODER_CHUNK = TALKER_TOKENS // SEGMENTS  # codes per vocoder chunk with ``stream`` edges
 ENGINE_ARGS = {  # the vllm kind's defaults, for the chain
     "max_model_len": 512,
     "max_num_seqs": 64,
@@ -51,6 +60,15 @@ PARAMS = {
         "extra": {"vllm": {"ignore_eos": True}},
     },
 }
+
+
+def params(mode: str) -> dict[str, Any]:
+    """The sampling params per stage for a mode: with ``stream`` edges the talker's 12 tokens are
+    split over the segments (one per thinker chunk), so every mode generates the same tokens."""
+    if mode != "stream":
+        return PARAMS
+    return {**PARAMS, "talker": {**PARAMS["talker"], "max_tokens": TALKER_TOKENS // SEGMENTS}}
+
 
 Run = Callable[[int], Awaitable[tuple[float, int]]]  # request i → (time to first audio, samples)
 
@@ -122,7 +140,12 @@ def _tiny_omni(mode: str) -> PipelineConfig:
     from importlib import resources
 
     text = resources.files("omni_core.pipelines").joinpath("tiny-omni.yaml").read_text()
-    if mode != "stream":
+    if f"mode: stream, chunk: {THINKER_CHUNK}" not in text or "mode: stream, chunk: 6" not in text:
+        raise CheckFailed("tiny-omni's stream edges changed: update omni_core/bench/pipeline.py")
+    if mode == "stream":
+        vocoder_edge = f"mode: stream, chunk: {STREAM_VOCODER_CHUNK}"
+        text = text.replace("mode: stream, chunk: 6", vocoder_edge)
+    else:
         text = text.replace("mode: stream, chunk: 8", "mode: on_finish").replace(
             "mode: stream, chunk: 6", "mode: on_finish"
         )
@@ -131,15 +154,21 @@ def _tiny_omni(mode: str) -> PipelineConfig:
     return PipelineConfig.from_yaml_text(text, source=f"<tiny-omni {mode}>")
 
 
-def _omni_run(engine: AsyncOmniEngine) -> Run:
+def _omni_run(engine: AsyncOmniEngine, mode: str, text_tokens: list[int]) -> Run:
+    """One request through the engine; the text tokens it streamed are added to
+    ``text_tokens[0]``."""
+    sampling = params(mode)
+
     async def run(i: int) -> tuple[float, int]:
         start = time.perf_counter()
         first, samples = 0.0, 0
-        async for out in engine.generate(prompt(i), sampling_params=PARAMS):
+        async for out in engine.generate(prompt(i), sampling_params=sampling):
             if out.output_type == "audio" and out.payload is not None:
                 if not samples:
                     first = time.perf_counter() - start
                 samples += len(out.payload.samples)
+            elif out.output_type == "text":
+                text_tokens[0] += len(out.token_ids)
         return first, samples
 
     return run
@@ -157,9 +186,36 @@ def _measure(
     asyncio.run(closed_loop(run, 1, 1))  # warm-up
     results = {}
     for c in levels:
-        total = max(2, c) if quick else max(8, 3 * c)
-        results[c] = asyncio.run(closed_loop(run, c, total))
+        results[c] = asyncio.run(closed_loop(run, c, _total(c, quick)))
     return results
+
+
+def _total(c: int, quick: bool) -> int:
+    return max(2, c) if quick else max(8, 3 * c)
+
+
+def _samples(run: Run) -> Run:
+    """``run`` recording the audio samples of the last request (all are checked equal)."""
+
+    async def counted(i: int) -> tuple[float, int]:
+        first, n = await run(i)
+        LAST_SAMPLES[0] = n
+        return first, n
+
+    return counted
+
+
+LAST_SAMPLES = [0]
+
+
+def _hop(settings: OmniSettings) -> int:
+    """Audio samples per talker code (the tiny vocoder's ``hop``)."""
+    import json
+
+    from omni_core.models import ensure_model
+
+    path = ensure_model("tiny-vocoder", settings.cache_dir) / "config.json"
+    return int(json.loads(path.read_text())["hop"])
 
 
 def _prefilled(engine: AsyncOmniEngine) -> list[int]:
@@ -170,19 +226,23 @@ def _prefilled(engine: AsyncOmniEngine) -> list[int]:
 
 
 def _omni(mode: str, settings: OmniSettings, quick: bool, idle_s: float) -> tuple[Any, Any, Any]:
+    """Results per level, idle shares, and per request: [thinker, talker] prefilled tokens, then
+    [thinker text tokens streamed to the caller, talker tokens (audio samples / hop)]."""
     engine = AsyncOmniEngine(
         _tiny_omni(mode),
         settings=settings,
         plugins=PluginHost.create(settings, load_entry_points=False),
     )
+    text_tokens = [0]
     try:
-        results = _measure(_omni_run(engine), LEVELS, quick)
-        requests = 1 + sum(max(2, c) if quick else max(8, 3 * c) for c in LEVELS)
+        results = _measure(_samples(_omni_run(engine, mode, text_tokens)), LEVELS, quick)
+        requests = 1 + sum(_total(c, quick) for c in LEVELS)
         prefilled = [n / requests for n in _prefilled(engine)]
+        generated = [text_tokens[0] / requests, LAST_SAMPLES[0] / _hop(settings)]
         idle = idle_share(_omni_pids(engine), idle_s)
     finally:
         engine.shutdown()
-    return results, idle, prefilled
+    return results, idle, (prefilled, generated)
 
 
 def _chain(settings: OmniSettings, quick: bool, idle_s: float) -> tuple[Any, Any]:
@@ -247,9 +307,14 @@ def bench_pipeline(quick: bool) -> list[Row]:
                     )
                 )
     for mode in modes:
-        for stage, n in zip(("thinker", "talker"), omni[mode][2], strict=True):
+        prefilled, generated = omni[mode][2]
+        for stage, n in zip(("thinker", "talker"), prefilled, strict=True):
             rows.append(
                 Row("pipeline", f"omni-core {mode}", f"{stage} prefilled tokens/request", n, "tok")
+            )
+        for what, n in zip(("thinker text", "talker (audio / hop)"), generated, strict=True):
+            rows.append(
+                Row("pipeline", f"omni-core {mode}", f"{what} tokens out/request", n, "tok")
             )
     for name, idle in (
         ("hand-wired chain", chain_idle),

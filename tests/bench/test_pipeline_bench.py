@@ -73,3 +73,19 @@ def test_a_chain_process_that_exits_fails_the_bench_instead_of_hanging(tmp_path)
             asyncio.run(one())
     finally:
         chain.close()
+
+
+def test_stream_and_on_finish_generate_the_same_talker_tokens_and_audio():
+    """Like for like: with stream edges the talker's 12 tokens are split over its segments (one
+    per thinker chunk) and the vocoder voices the codes of one segment per chunk."""
+    from omni_core.bench.pipeline import PARAMS, TALKER_TOKENS, THINKER_TOKENS, _tiny_omni, params
+
+    stream, on_finish = _tiny_omni("stream"), _tiny_omni("on_finish")
+    thinker_edge = stream.stages[1].inputs[0]
+    segments = THINKER_TOKENS // thinker_edge.chunk
+    assert thinker_edge.mode == "stream" and segments == 3
+    assert params("stream")["talker"]["max_tokens"] * segments == TALKER_TOKENS
+    assert params("on_finish") == PARAMS and PARAMS["talker"]["max_tokens"] == TALKER_TOKENS
+    vocoder_edge = stream.stages[2].inputs[0]
+    assert (vocoder_edge.mode, vocoder_edge.chunk) == ("stream", TALKER_TOKENS // segments)
+    assert [e.mode for s in on_finish.stages for e in s.inputs] == ["on_finish", "on_finish"]
