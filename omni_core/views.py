@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from omni_core.config.pipeline import PipelineConfig, StageConfig
+    from omni_core.config.settings import OmniSettings
     from omni_core.outputs import AbortResult, ErrorInfo, StageResult
     from omni_core.plugin.types import StageKind
     from omni_core.sampling import SamplingParams
@@ -197,7 +198,9 @@ class OrchestratorPort(Protocol):
     """The actions a hook (or an engine kind's parts) may take on the orchestrator.
 
     Call it on the orchestrator thread only (where the hooks run); from another thread, hand a
-    callable to ``port.loop.call_soon_threadsafe``. Actions that emit outputs hand them to the
+    callable over with :func:`omni_core.plugin.hand_off` (``hand_off(port.loop, deliver,
+    item)``: ``deliver(item)`` runs on the orchestrator thread, in order with the engine's own
+    hand-offs to that loop). Actions that emit outputs hand them to the
     callers at the next turn of the loop at the latest. Ids are run ids (``RequestView.run_id``);
     an id the orchestrator no longer holds makes an action a no-op.
     """
@@ -208,6 +211,11 @@ class OrchestratorPort(Protocol):
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
         """The orchestrator's event loop (its clock: ``loop.time()``; timers: ``call_later``)."""
+
+    @property
+    def settings(self) -> OmniSettings:
+        """The engine's settings (``OMNI_*`` and what the embedder set in code), read-only: the
+        bounds a plugin's own checks follow (e.g. ``max_n``)."""
 
     def request(self, run_id: str) -> RequestView | None:
         """A run the orchestrator holds (None once terminal or never admitted)."""

@@ -16,6 +16,7 @@ from omni_core.outputs import AbortResult
 if TYPE_CHECKING:
     import asyncio
 
+    from omni_core.config.settings import OmniSettings
     from omni_core.orchestrator.base import OrchestratorBase
     from omni_core.outputs import ErrorInfo
     from omni_core.views import PipelineView, RequestView
@@ -30,6 +31,10 @@ class Port:
         self._orchestrator = orchestrator
         self.pipeline: PipelineView = orchestrator.pipeline
         self.loop: asyncio.AbstractEventLoop = orchestrator.loop
+
+    @property
+    def settings(self) -> OmniSettings:
+        return self._orchestrator.settings
 
     def request(self, run_id: str) -> RequestView | None:
         return self._orchestrator.table.runs.get(run_id)

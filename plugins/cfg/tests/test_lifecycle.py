@@ -157,10 +157,22 @@ async def test_admission_is_all_or_nothing_with_one_clear_error(submitted, make_
     assert_clean(engine)
 
 
-async def test_too_many_branches_or_runs_are_refused_at_admission(
-    submitted, make_engine, omni_settings, monkeypatch
+async def test_an_engine_s_max_n_set_in_code_bounds_guided_requests(
+    submitted, make_engine, omni_settings
 ):
-    monkeypatch.setenv("OMNI_MAX_N", "6")  # omni-cfg reads OMNI_MAX_N as the engine does
+    """omni-cfg reads the engine's settings (``port.settings``), not the environment: OMNI_MAX_N
+    is unset here (16 by default), max_n=4 is the embedder's."""
+    engine = make_engine(pipeline(), settings=omni_settings.model_copy(update={"max_n": 4}))
+    outs = await collect(engine, "x", request_id="n3", sampling_params={"encoder": {"n": 3}})
+    assert len(outs) == 1 and outs[0].error.status_code == 400
+    assert "n=3 guided samples with 1 hidden companion" in outs[0].error.message
+    assert "are 6 runs, at most 4" in outs[0].error.message
+    assert submitted == []
+
+
+async def test_too_many_branches_or_runs_are_refused_at_admission(
+    submitted, make_engine, omni_settings
+):
     engine = make_engine(pipeline(), settings=omni_settings.model_copy(update={"max_n": 6}))
     many = [{"name": f"b{i}", "prompt": "p", "scale": 0.1} for i in range(5000)]
     wide = {"encoder": {"n": 2, "extra": {"cfg": {"branches": many[:2]}}}}

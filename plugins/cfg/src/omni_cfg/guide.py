@@ -46,12 +46,8 @@ class Guide:
         self.target = target
         self.tracker = Tracker()
         self._wake = asyncio.Event()
-        # n of a request is its first stage's (as the orchestrator reads it); OMNI_MAX_N from the
-        # environment (the port does not expose the engine's settings)
+        # n of a request is its first stage's (as the orchestrator reads it)
         self.first_stage = port.pipeline.config.topological_order()[0].id
-        from omni_core import OmniSettings
-
-        self.max_n = OmniSettings().max_n
 
     # --- admission ----------------------------------------------------------------------------
     def admit(
@@ -64,7 +60,8 @@ class Guide:
         if options is None:
             return None
         first = params.get(self.first_stage)
-        check_work(options, first.n if first is not None else 1, self.max_n, caller_id)
+        n = first.n if first is not None else 1
+        check_work(options, n, self.port.settings.max_n, caller_id)
         companion_params = self._companion_params(options, params, caller_id)
         prompts = {NEGATIVE: options.negative_prompt} | {b.name: b.prompt for b in options.branches}
         parent_weight, weights = options.weights()
