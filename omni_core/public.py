@@ -127,6 +127,7 @@ HOOK_AUTHORS = Tier(
                 "OrchestratorPort",
             ),
             **_from("omni_core.plugin.hooks", "PluginHost"),
+            **_from("omni_core.stage.inbox", "hand_off"),
             **_from("omni_core.plugin.manager", "create_plugin_manager"),
             **_from("omni_core.plugin.scope", "PER_PIPELINE_HOOKS", "active_plugins"),
             **_from("omni_core.pipelines", "packaged_pipeline"),

@@ -1,7 +1,8 @@
 """The plugin system, and the public names of hook authors (the manifest's hook-author tier,
 :mod:`omni_core.public`): the markers and API version defined here, then, imported lazily, the
 types the registration and decision hooks return, the views and the port lifecycle hooks
-receive, the plugin host, :func:`~omni_core.pipelines.packaged_pipeline`, a CLI group's
+receive, the plugin host, :func:`~omni_core.stage.inbox.hand_off` (from another thread onto the
+orchestrator's loop), :func:`~omni_core.pipelines.packaged_pipeline`, a CLI group's
 :func:`~omni_core.cli.app.report_error` and a benchmark's ``Row`` / ``CheckFailed``::
 
     from omni_core.plugin import Admission, PipelineView, RequestView, hookimpl
@@ -51,6 +52,9 @@ if TYPE_CHECKING:
         RunOption,
         ServerRoute,
         StageKind,
+    )
+    from omni_core.stage.inbox import (
+        hand_off,
     )
     from omni_core.views import (
         OrchestratorPort,
