@@ -193,3 +193,20 @@ def test_a_first_chunk_of_its_own_size(tiny_qwen):
         build({"model": str(tiny_qwen), "options": {"stream": {"first_chunk_frames": 18}}})
     with pytest.raises(ConfigError, match=r"crossfade \(4\) must not exceed first_right_context"):
         build({"model": str(tiny_qwen), "options": {"stream": {"first_right_context": 2}}})
+
+
+def test_first_lookahead_voices_the_whole_first_chunk_within_the_bound(engine, coupled):
+    codes = codes_of(60)
+    opts = StreamOptions(first_chunk_frames=12, first_lookahead=True)
+    for model in (coupled, engine.model):
+        ref, _ = whole(model, codes, speaker(engine), 7, engine.options)
+        wave, _, sizes = streamed(
+            ChunkSynth(model, engine.options, opts), codes, speaker(engine), 7
+        )
+        assert sizes[0] == 12 * 2 * 240  # all 24 mel frames of the first chunk, none held back
+        assert wave.shape == ref.shape and rel(wave, ref) <= 1e-4  # measured ~6e-7
+    plain = StreamOptions(first_chunk_frames=12)
+    _, _, sizes = streamed(
+        ChunkSynth(engine.model, engine.options, plain), codes, speaker(engine), 7
+    )
+    assert sizes[0] == 0  # without it BigVGAN's padding (26 mel frames) holds the 24 back

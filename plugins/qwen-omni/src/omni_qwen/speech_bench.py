@@ -2,8 +2,8 @@
 in the same run, at several concurrencies.
 
 ``python -m omni_qwen.speech_bench [--codes 200] [--concurrency 1 4 16] [--runs 1]
-[--first-chunk CODES RIGHT]`` (``--first-chunk``: the token2wav stage's
-``options.stream.first_chunk_frames`` and ``first_right_context``)
+[--first-chunk CODES RIGHT] [--lookahead]`` (the token2wav stage's ``options.stream``:
+``first_chunk_frames`` and ``first_right_context``, ``first_lookahead``)
 
 Per request, from the ``generate()`` call: **TTFP** (time to the first output carrying audio),
 **RTF** (time from the call to the last audio / the audio's duration: decode time per second of
@@ -81,16 +81,18 @@ async def level(engine: Any, codes: int, stream: bool, concurrency: int) -> list
     return list(await asyncio.gather(*(one(engine, codes, stream) for _ in range(concurrency))))
 
 
-def pipeline(first_chunk: list[int] | None) -> Any:
+def pipeline(first_chunk: list[int] | None, lookahead: bool = False) -> Any:
     """``qwen2.5-omni`` on the tiny checkpoint, its token2wav's first chunk as given."""
     from omni_core import PipelineConfig
 
     config = omni_pipeline(TINY_MODEL)
-    if not first_chunk:
+    stream: dict[str, Any] = {"first_lookahead": True} if lookahead else {}
+    if first_chunk:
+        stream.update(first_chunk_frames=first_chunk[0], first_right_context=first_chunk[1])
+    if not stream:
         return config
     data = config.model_dump(exclude_unset=True)
     (t2w,) = [s for s in data["stages"] if s["name"] == "token2wav"]
-    stream = {"first_chunk_frames": first_chunk[0], "first_right_context": first_chunk[1]}
     t2w["engine_args"]["options"] = {"stream": stream}
     return PipelineConfig.from_dict(data, source=config.source)
 
@@ -103,8 +105,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16])
     parser.add_argument("--runs", type=int, default=1, help="rounds per level (C=1: requests)")
     parser.add_argument("--first-chunk", type=int, nargs=2, metavar=("CODES", "RIGHT"))
+    parser.add_argument("--lookahead", action="store_true", help="options.stream.first_lookahead")
     args = parser.parse_args(argv)
-    engine = AsyncOmniEngine(pipeline(args.first_chunk), settings=OmniSettings())
+    engine = AsyncOmniEngine(pipeline(args.first_chunk, args.lookahead), settings=OmniSettings())
     try:
         asyncio.run(level(engine, 24, True, 1))  # warm-up
         print("| mode | C | TTFP p50 / p99 (s) | RTF p50 / p99 | underruns (total) | audio (s) |")

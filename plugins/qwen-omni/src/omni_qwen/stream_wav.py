@@ -18,7 +18,10 @@ last code. Here each chunk of ``chunk_frames`` codec frames is decoded as soon a
   (``vocoder_pad`` mel frames each side, measured on the loaded vocoder when unset); a piece of
   waveform is rendered from its mel plus that padding on both sides, so given the same mel the
   chunked waveform equals the whole one within float rounding. A chunk's last ``vocoder_pad``
-  mel frames are therefore voiced with the next chunk (or at the end).
+  mel frames are therefore voiced with the next chunk (or at the end). With ``first_lookahead``
+  the first chunk is voiced to its end at once, the DiT window's prediction of the next frames
+  standing in for that padding (approximate over its last ``vocoder_pad`` frames): with a short
+  first chunk (``first_chunk_frames``) this is what makes first audio early.
 """
 
 from __future__ import annotations
@@ -51,6 +54,10 @@ class StreamOptions(BaseModel):
         default=None,
         ge=0,
         description="future codec frames the first chunk sees; unset: right_context",
+    )
+    first_lookahead: bool = Field(
+        default=False,
+        description="voice the first chunk to its end, its right-context mel as BigVGAN's padding",
     )
     crossfade: int = Field(
         default=4, ge=0, description="codec frames blended across a seam (<= right_context)"
@@ -262,8 +269,12 @@ class StreamDecoder:
         st.next_code = end
         done = final and end >= n
         known = end * rep  # mel frames final so far
-        upto = known if done else max(st.voiced, known - synth.pad)
-        wave = synth.wave(st.mel, st.voiced - st.mel_start, upto - st.mel_start)
+        mel, upto = st.mel, known if done else max(st.voiced, known - synth.pad)
+        if opts.first_lookahead and st.chunks == 1 and not done:
+            # the window's prediction of the next frames pads BigVGAN: the whole first chunk now
+            mel = torch.cat([st.mel, window[..., (end - lo) * rep : (hi - lo) * rep]], dim=-1)
+            upto = known
+        wave = synth.wave(mel, st.voiced - st.mel_start, upto - st.mel_start)
         st.voiced = upto
         keep = max(0, st.voiced - synth.pad - st.mel_start)  # what the next piece still reads
         if keep:
