@@ -246,4 +246,6 @@ def bench_duplex(quick: bool) -> list[Row]:
     rows.append(
         Row("duplex", n, "cancelled → stages aborted p50 (≤)", pct(aborted, 0.5) * 1e3, "ms")
     )
-    return rows + vad
+    from omni_duplex.bench_omni import omni_rows
+
+    return rows + vad + omni_rows(quick)
