@@ -98,3 +98,8 @@ def image_sizes(prompt: Any) -> list[list[int]]:
             raise ValueError(f"cannot size an image of type {type(image).__name__}")
         sizes.append([int(height), int(width)])
     return sizes
+
+
+# public for sibling plugins' bridges (omni-qwen3's talker bridge reads the same chunks)
+concat_states = _concat
+prompt_token_ids = _prompt_ids

@@ -48,11 +48,17 @@ def stream_decode(code2wav: Any, codes: Any, chunk: int, left_context: int) -> I
 
     if chunk < 1 or left_context < 1:  # one frame of context re-emits the held-back samples
         raise ValueError(f"chunk and left_context must be >= 1, not {chunk} and {left_context}")
-    up, held = upsample(code2wav), lookahead(code2wav)
     frames = codes.shape[-1]
     with torch.no_grad():
         for s in range(0, frames, chunk):
-            e = min(s + chunk, frames)
-            c = max(0, s - left_context)
-            wav = code2wav(codes[..., c:e])
-            yield wav if s == 0 else wav[..., s * up - held - c * up :]
+            yield decode_piece(code2wav, codes, s, min(s + chunk, frames), left_context)
+
+
+def decode_piece(code2wav: Any, codes: Any, start: int, end: int, left_context: int) -> Any:
+    """The waveform of frames ``[start, end)`` that the pieces before it did not give yet:
+    decode ``codes[..., start - left_context : end]`` and keep the samples from
+    ``start * upsample - lookahead`` on (all of them for the first piece)."""
+    up, held = upsample(code2wav), lookahead(code2wav)
+    c = max(0, start - left_context)
+    wav = code2wav(codes[..., c:end])
+    return wav if start == 0 else wav[..., start * up - held - c * up :]

@@ -2,6 +2,11 @@
 directory (torchvision is missing here; Qwen3-Omni fails the same two ways as Qwen2.5-Omni).
 
 * ``qwen3-omni-thinker``: the MoE thinker on vLLM (text, audio, image in; text out).
+* ``qwen3-omni``: thinker (vLLM, the embeddings and ``layer:accept_hidden_layer`` per token,
+  final text) → talker + code predictor (``torch`` kind, :mod:`omni_qwen3.talker`, fed through
+  a ``stream`` edge and the ``qwen3-omni-talker`` bridge) → code2wav (``torch`` kind,
+  :mod:`omni_qwen3.vocoder`, the frames as they come through a ``stream`` edge; final audio,
+  24 kHz float32: whole utterances, or chunk by chunk for a request asking for streamed audio).
 """
 
 from __future__ import annotations
@@ -11,8 +16,12 @@ from typing import Any
 from omni_qwen import compat
 
 from omni_core import PipelineConfig
+from omni_qwen3.build import ACCEPT_LAYER  # tiny-qwen3-omni's (the real model's: 24)
 
 THINKER_PIPELINE = "qwen3-omni-thinker"
+PIPELINE = "qwen3-omni"
+TALKER_BRIDGE = "qwen3-omni-talker"
+CODE2WAV_EDGE_CHUNK = 4  # talker frames per hop to code2wav
 TINY_MODEL = "tiny-qwen3-omni"
 
 
@@ -60,4 +69,63 @@ def thinker_pipeline(model: str = TINY_MODEL) -> PipelineConfig:
             ],
         },
         source=f"<pipeline {THINKER_PIPELINE} (omni-qwen3)>",
+    )
+
+
+# The talker's sampling defaults: transformers' generate() (talker_* arguments), with a cap on
+# the frames (12.5 per second of speech) that keeps the tiny model's never-ending random talk
+# short; a request's own talker params override them.
+TALKER_SAMPLING = {
+    "temperature": 0.9,
+    "top_k": 50,
+    "top_p": 1.0,
+    "repetition_penalty": 1.05,
+    "max_tokens": 64,
+}
+
+
+def omni_pipeline(
+    model: str = TINY_MODEL, edge: str = "stream", hidden_layer: int = ACCEPT_LAYER
+) -> PipelineConfig:
+    """Thinker → talker + code predictor → code2wav on one Qwen3-Omni checkpoint (``model``: a
+    registered name, a local directory or a hub id; ``hidden_layer``: its talker's
+    ``accept_hidden_layer``). ``edge``: how the talker follows the thinker, ``stream`` (as the
+    thinker speaks, two tokens behind) or ``on_finish`` (once the reply is whole)."""
+    if edge not in ("stream", "on_finish"):
+        raise ValueError(f"edge must be 'stream' or 'on_finish', not {edge!r}")
+    return PipelineConfig.from_dict(
+        {
+            "name": PIPELINE,
+            "requires_plugins": ["qwen3"],
+            "stages": [
+                {
+                    "id": 0,
+                    "name": "thinker",
+                    "kind": "vllm",
+                    "engine_args": thinker_engine_args(model, hidden_layer=hidden_layer),
+                    "sampling_params": {"max_tokens": 64, "temperature": 0.0},
+                    "final_output": True,
+                    "final_output_type": "text",
+                },
+                {
+                    "id": 1,
+                    "name": "talker",
+                    "kind": "torch",
+                    "engine_args": {"engine": "omni_qwen3.talker:build", "model": model},
+                    "inputs": [{"stage": 0, "mode": edge}],
+                    "bridge": TALKER_BRIDGE,
+                    "sampling_params": dict(TALKER_SAMPLING),
+                },
+                {
+                    "id": 2,
+                    "name": "code2wav",
+                    "kind": "torch",
+                    "engine_args": {"engine": "omni_qwen3.vocoder:build", "model": model},
+                    "inputs": [{"stage": 1, "mode": "stream", "chunk": CODE2WAV_EDGE_CHUNK}],
+                    "final_output": True,
+                    "final_output_type": "audio",
+                },
+            ],
+        },
+        source=f"<pipeline {PIPELINE} (omni-qwen3)>",
     )

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from omni_core.extend import packaged_checksums
-from omni_core.plugin import ModelSpec, PipelineSpec, hookimpl
+from omni_core.plugin import Bridge, ModelSpec, PipelineSpec, hookimpl
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -55,10 +55,35 @@ def omni_register_pipelines() -> Iterable[PipelineSpec]:
 
         return thinker_pipeline()
 
+    def omni() -> PipelineConfig:
+        from omni_qwen3.pipelines import omni_pipeline
+
+        return omni_pipeline()
+
     return [
         PipelineSpec(
             "qwen3-omni-thinker",
             thinker,
             "Qwen3-Omni MoE thinker on vLLM (tiny-qwen3-omni): text/audio/image in, text out",
         ),
+        PipelineSpec(
+            "qwen3-omni",
+            omni,
+            "Qwen3-Omni (tiny-qwen3-omni): MoE thinker on vLLM -> talker + code predictor -> "
+            "code2wav; text/audio/image in, text and 24 kHz speech out",
+        ),
+    ]
+
+
+@hookimpl
+def omni_register_bridges() -> Iterable[Bridge]:
+    from omni_qwen3.bridge import BRIDGE, thinker_to_talker
+
+    return [
+        Bridge(
+            BRIDGE,
+            thinker_to_talker,
+            "Qwen3-Omni thinker outputs (embeddings, the talker's layer, prompt and reply ids) "
+            "-> talker input",
+        )
     ]

@@ -1,0 +1,45 @@
+"""The thinker → talker bridge of Qwen3-Omni (registered as ``qwen3-omni-talker``).
+
+The thinker is a ``vllm`` stage with ``engine_args.hidden_states: {layers: [embeddings,
+"layer:K"]}`` (K: the talker's ``accept_hidden_layer``); the talker (:mod:`omni_qwen3.talker`)
+reads, per position, the embedding-layer output and layer K's (the latter only at the prompt's
+audio/image rows), the prompt's ids and image sizes, and the reply's ids. Like omni-qwen's
+Qwen2.5-Omni bridge (whose helpers it uses), it keeps no state: on a ``stream`` edge each call
+gets what arrived since the last one; its first call opens the talker's request.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from omni_qwen.bridge import concat_states, image_sizes, prompt_token_ids
+
+from omni_core import StageResult
+
+BRIDGE = "qwen3-omni-talker"
+
+
+def thinker_to_talker(
+    sources: list[StageResult], original_prompt: Any, params: Any
+) -> dict[str, Any] | None:
+    """The talker's input for what the thinker produced since the last call (None: nothing)."""
+    if len(sources) != 1:
+        raise ValueError(f"the talker takes one upstream stage (the thinker), got {len(sources)}")
+    (thinker,) = sources
+    chunk: dict[str, Any] = {"token_ids": list(thinker.token_ids)}
+    if thinker.hidden_states:
+        start, layers = concat_states(thinker.hidden_states)
+        hidden = [name for name in layers if name.startswith("layer:")]
+        if "embeddings" not in layers or len(hidden) != 1:
+            raise ValueError(
+                "the Qwen3-Omni talker needs the thinker's 'embeddings' and one 'layer:K' (K = "
+                f"talker_config.accept_hidden_layer) hidden states, got {sorted(layers)}: set the "
+                "thinker's engine_args.hidden_states.layers"
+            )
+        chunk.update(start=start, embeddings=layers["embeddings"], hidden=layers[hidden[0]])
+        if start == 0:
+            chunk["prompt_ids"] = prompt_token_ids(thinker)
+            chunk["image_sizes"] = image_sizes(original_prompt)
+    elif not chunk["token_ids"]:
+        return None
+    return chunk
