@@ -11,12 +11,7 @@ import pytest
 
 from omni_core import PLUGIN_API_VERSION, hookimpl
 from omni_core.plugin import hand_off
-
-PIPELINE = """
-name: port
-stages:
-  - {id: 0, name: thinker, kind: scripted, engine_args: {num_tokens: 2}, final_output: true}
-"""
+from tests.helpers import CHAIN
 
 
 def port_catcher(ports: list[Any]) -> types.ModuleType:
@@ -36,7 +31,7 @@ async def test_the_port_has_the_engine_s_settings_read_only_and_hands_off_from_t
     ports: list[Any] = []
     fake_entry_points.add("catcher", port_catcher(ports))
     settings = omni_settings.model_copy(update={"max_n": 3})
-    engine = make_engine(PIPELINE, settings=settings)
+    engine = make_engine(CHAIN, settings=settings)
     [port] = ports
     assert port.settings is settings  # the engine's, not one read from the environment
     with pytest.raises(AttributeError):
