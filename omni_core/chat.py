@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from omni_core.errors import RequestError
 
@@ -57,12 +57,59 @@ class InputAudioPart(_Strict):
 ContentPart = Annotated[TextPart | ImageUrlPart | InputAudioPart, Field(discriminator="type")]
 
 
-class ChatMessage(_Strict):
-    """One message of a chat (OpenAI's shape; ``developer`` is rendered as ``system``)."""
+class CalledFunction(_Strict):
+    name: str
+    arguments: str  # JSON text, as OpenAI sends it
 
-    role: Literal["system", "developer", "user", "assistant"]
+
+class ToolCall(_Strict):
+    """An assistant message's tool call (OpenAI's shape)."""
+
+    id: str
+    type: Literal["function"] = "function"
+    function: CalledFunction
+
+
+class ChatMessage(_Strict):
+    """One message of a chat (OpenAI's shape; ``developer`` is rendered as ``system``). An
+    assistant message may carry ``tool_calls``; a ``tool`` message answers one by
+    ``tool_call_id``."""
+
+    role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[ContentPart] | None = None
     name: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+
+    @model_validator(mode="after")
+    def _tool_fields(self) -> ChatMessage:
+        if self.tool_calls is not None and self.role != "assistant":
+            raise ValueError(f"'tool_calls' is only allowed on assistant messages, not {self.role}")
+        if self.role == "tool" and not self.tool_call_id:
+            raise ValueError("a tool message needs 'tool_call_id' (the call it answers)")
+        if self.tool_call_id is not None and self.role != "tool":
+            raise ValueError(f"'tool_call_id' is only allowed on tool messages, not {self.role}")
+        return self
+
+    def template_fields(self) -> dict[str, Any]:
+        """The message's tool fields as chat templates read them (vLLM's: a call's
+        ``arguments`` as a mapping when they are a JSON object)."""
+        out: dict[str, Any] = {}
+        if self.tool_calls:
+            out["tool_calls"] = [
+                {
+                    "id": call.id,
+                    "type": call.type,
+                    "function": {
+                        "name": call.function.name,
+                        "arguments": _arguments(call.function.arguments),
+                    },
+                }
+                for call in self.tool_calls
+            ]
+        if self.tool_call_id is not None:
+            out["tool_call_id"] = self.tool_call_id
+        return out
 
     def text(self) -> str:
         """The message's text: a string as is, text parts joined by newlines (as vLLM does)."""
@@ -71,6 +118,16 @@ class ChatMessage(_Strict):
         if isinstance(self.content, str):
             return self.content
         return "\n".join(p.text for p in self.content if isinstance(p, TextPart))
+
+
+def _arguments(text: str) -> Any:
+    import json
+
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    return value if isinstance(value, dict) else text
 
 
 _MESSAGES: TypeAdapter[list[ChatMessage]] = TypeAdapter(list[ChatMessage])
@@ -99,6 +156,7 @@ class ChatOptions:
     add_generation_prompt: bool = True
     continue_final_message: bool = False
     chat_template_kwargs: dict[str, Any] | None = None
+    tools: list[dict[str, Any]] | None = None  # OpenAI's ``tools``, for the template's ``tools``
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +209,14 @@ def pipeline_renderer(pipeline: ResolvedPipeline, settings: Any) -> PromptRender
         return PlainRenderer(first.name)
     renderer: PromptRenderer = first.kind.renderer(first.config, first.args, settings)
     return renderer
+
+
+def _is_file(text: str) -> bool:
+    """Whether ``text`` names a file (an inline template longer than a file name is not one)."""
+    try:
+        return Path(text).is_file()
+    except OSError:
+        return False
 
 
 def _audio_rate(model_dir: Path) -> int:
@@ -215,14 +281,16 @@ class TokenizerRenderer:
         chat_template: str | None = None,
         chat_template_kwargs: dict[str, Any] | None = None,
         media: dict[str, int] | None = None,
+        tool_call_parser: str | None = None,
     ) -> None:
         from transformers import AutoTokenizer
 
         self.stage_name = stage_name
         self.max_model_len = max_model_len
+        self.tool_call_parser = tool_call_parser  # vLLM's --tool-call-parser, for omni serve
         self.tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_path))
         self.vocab_size = len(self.tokenizer)
-        if chat_template is not None and Path(chat_template).is_file():
+        if chat_template is not None and _is_file(chat_template):
             chat_template = Path(chat_template).read_text()
         self.chat_template = chat_template
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
@@ -247,9 +315,12 @@ class TokenizerRenderer:
                 "content": self._parts(i, m, media) if self.media else m.text(),
             }
             | ({"name": m.name} if m.name else {})
+            | m.template_fields()
             for i, m in enumerate(messages)
         ]
         kwargs = {**self.chat_template_kwargs, **(options.chat_template_kwargs or {})}
+        if options.tools:
+            kwargs["tools"] = options.tools
         try:
             text = self.tokenizer.apply_chat_template(
                 conversation,

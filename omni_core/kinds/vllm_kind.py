@@ -160,6 +160,12 @@ class VllmArgs(BaseModel):
         default_factory=dict,
         description="extra variables for the chat template (a request's own override these)",
     )
+    tool_call_parser: str | None = Field(
+        default=None,
+        description="vLLM's tool-call parser (its --tool-call-parser, e.g. 'hermes' for Qwen "
+        "models) that finds tool calls in the answers of omni serve's tool_choice 'auto', used "
+        "when this stage is a pipeline's first (docs/serving.md)",
+    )
     env: dict[str, str] = Field(
         default_factory=dict,
         description="environment variables of the replica's process, over the inherited ones; "
@@ -262,6 +268,7 @@ def vllm_renderer(stage: Any, args: VllmArgs, settings: Any) -> TokenizerRendere
         chat_template=args.chat_template,
         chat_template_kwargs=args.chat_template_kwargs,
         media=args.engine.get("limit_mm_per_prompt"),
+        tool_call_parser=args.tool_call_parser,
     )
 
 

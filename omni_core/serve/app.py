@@ -45,6 +45,7 @@ from omni_core.serve.responses import (
     gather,
 )
 from omni_core.serve.runs import Admission, ClientGone, Run
+from omni_core.serve.tools import ToolCalling, load_parser
 
 logger = logging.getLogger(__name__)
 
@@ -125,6 +126,11 @@ def create_app(
     # An engine kind without a request API (``generate``) is served only by its plugins' routes.
     answers_requests = callable(getattr(engine, "generate", None))
     renderer = engine.prompt_renderer if answers_requests else None  # loads a tokenizer once
+    parser_name = getattr(renderer, "tool_call_parser", None)
+    tool_parser = load_parser(parser_name, first_stage.name) if parser_name else None
+    parser_where = f"stage '{first_stage.name}': " + (
+        f"'{parser_name}'" if parser_name else "none set"
+    )
     plugin_paths: list[str] = []
     public = settings.public_metrics if public_metrics is None else public_metrics
     open_paths = {"/health"} | ({"/metrics", "/openapi.json"} if public else set())
@@ -212,6 +218,32 @@ def create_app(
         vllm = {**extra.get("vllm", {}), **overrides.get("extra", {}).get("vllm", {}), **extras}
         return {**overrides, "extra": {**extra, "vllm": vllm}}
 
+    def check_as_vllm(body: Any) -> None:
+        """vLLM 0.32's own request checks that omni's stages would not make: an output budget
+        beyond the context (``max_tokens`` up to it still clamps to what the prompt leaves, as
+        in vLLM), and ``n`` > 1 with greedy sampling on a vllm first stage."""
+        wanted, limit = body.max_output_tokens(), getattr(renderer, "max_model_len", None)
+        if wanted is not None and limit is not None and wanted > limit:
+            param = (
+                "max_completion_tokens"
+                if getattr(body, "max_completion_tokens", None)
+                else ("max_tokens")
+            )
+            raise ApiError(
+                400,
+                f"{param}={wanted} cannot be greater than max_model_len={limit}. Please request "
+                "fewer output tokens.",
+                param=param,
+            )
+        if body.n > 1 and first_stage.config.kind == "vllm":
+            temperature = body.temperature
+            if temperature is None:
+                temperature = first_stage.config.sampling_params.get("temperature", 1.0)
+            if temperature < 1e-5:  # vLLM's _SAMPLING_EPS
+                raise ApiError(
+                    400, f"n must be 1 when using greedy sampling, got {body.n}.", param="n"
+                )
+
     def check_modalities(modalities: list[str]) -> None:
         """Every modality asked for is some final stage's output type, else a 400 saying why."""
         missing = [m for m in modalities if m not in offered]
@@ -282,6 +314,13 @@ def create_app(
         modalities = list(dict.fromkeys(body.modalities or ["text"]))
         check_modalities(modalities)
         check_prompt_chars(prompt_chars(body.messages), settings.max_prompt_chars, "messages")
+        check_as_vllm(body)
+        tools = None
+        if body.tools:
+            tokenizer = getattr(renderer, "tokenizer", None)
+            tools = ToolCalling.of(
+                body.tools, body.tool_choice, tool_parser, tokenizer, parser_where
+            )
         rendered = await off_loop(renderer.render_chat, body.messages, body.chat_options())
         params = stage_params(with_vllm_extras(body, body.overrides()), body.request_extra())
         top = body.num_logprobs()
@@ -305,6 +344,7 @@ def create_app(
                 request_id=rid,
                 continuous_usage=body.continuous_usage,
                 extras=extras,
+                tools=tools,
             )
             return with_request_id(run.stream(chunks), request)
         outputs = await run.collect()
@@ -319,6 +359,7 @@ def create_app(
                 decode=renderer.decode,
                 extras=extras,
                 request_id=rid,
+                tools=tools,
             )
         )
         metrics.count_usage(response["usage"])
@@ -331,6 +372,7 @@ def create_app(
         assert renderer is not None
         if "text" not in offered:
             raise ApiError(400, f"model '{model_id}' does not produce text", param="model")
+        check_as_vllm(body)
         if isinstance(body.prompt, str):
             check_prompt_chars(len(body.prompt), settings.max_prompt_chars, "prompt")
             rendered = await off_loop(renderer.encode, body.prompt, body.add_special_tokens)

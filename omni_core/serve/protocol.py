@@ -22,15 +22,13 @@ from pydantic import (
 from omni_core.chat import ChatMessage, ChatOptions
 from omni_core.sampling import VLLM_SAMPLING_EXTRAS
 from omni_core.serve.errors import ApiError
+from omni_core.serve.tools import ToolChoice, ToolDef, check_tools, forced_schema
 
 # Fields OpenAI defines that change what a response means and that omni-core does not implement:
 # a 400 naming the field rather than a silently different answer.
 UNSUPPORTED = {
-    "tools": "tool calling",
-    "tool_choice": "tool calling",
-    "functions": "function calling",
+    "functions": "function calling (deprecated by OpenAI; use 'tools')",
     "function_call": "function calling",
-    "parallel_tool_calls": "tool calling",
     "prediction": "predicted outputs",
     "reasoning_effort": "reasoning models",
     "web_search_options": "web search",
@@ -197,7 +195,11 @@ class _Sampling(_Body):
 
     def structured_output(self) -> dict[str, Any] | None:
         """``structured_outputs`` with ``response_format`` over it (vLLM's
-        ``structured_outputs_from_response_format``)."""
+        ``structured_outputs_from_response_format``); a ``required`` or named ``tool_choice``
+        replaces both with its tools' schema (as vLLM's tool parsers do)."""
+        forced = self.forced_tool_schema()
+        if forced is not None:
+            return {"json": forced}
         fmt = self.response_format
         if fmt is None or fmt.type == "text":
             return self.structured_outputs
@@ -208,9 +210,14 @@ class _Sampling(_Body):
             over = {"json": fmt.json_schema.json_schema}
         return {**(self.structured_outputs or {}), **over}
 
+    def forced_tool_schema(self) -> dict[str, Any] | None:
+        return None
+
     def vllm_extra_names(self) -> list[str]:
         """The request's fields that only a vllm first stage can honour."""
         names = [n for n in VLLM_SAMPLING_EXTRAS if getattr(self, n) is not None]
+        if self.forced_tool_schema() is not None:
+            names.insert(0, "tool_choice")
         if self.structured_output() is not None and "structured_outputs" not in names:
             names.append("response_format")
         return names
@@ -294,6 +301,23 @@ class ChatCompletionRequest(_Sampling):
     add_generation_prompt: bool = True
     continue_final_message: bool = False
     chat_template_kwargs: dict[str, Any] | None = None
+    # tool calling (omni_core.serve.tools)
+    tools: list[ToolDef] | None = None
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+
+    @model_validator(mode="after")
+    def _tool_checks(self) -> ChatCompletionRequest:
+        check_tools(self.tools, self.tool_choice)
+        return self
+
+    def effective_tool_choice(self) -> ToolChoice:
+        return check_tools(self.tools, self.tool_choice)[1]
+
+    def forced_tool_schema(self) -> dict[str, Any] | None:
+        if not self.tools:
+            return None
+        return forced_schema(self.tools, self.effective_tool_choice(), self.parallel_tool_calls)
 
     @model_validator(mode="after")
     def _checks(self) -> ChatCompletionRequest:
@@ -322,8 +346,9 @@ class ChatCompletionRequest(_Sampling):
 
     def request_extra(self) -> dict[str, Any] | None:
         """Request-level fields for every stage's ``params.extra``: the ``voice``, and with
-        ``stream`` and audio asked for, the generic audio option ``stream`` (``extra[AUDIO_OPTIONS]``,
-        :mod:`omni_core.media`: the audio stage voices pieces as early as it can)."""
+        ``stream`` and audio asked for, the generic audio option ``stream``
+        (``extra[AUDIO_OPTIONS]``, :mod:`omni_core.media`: the audio stage voices pieces as early
+        as it can)."""
         from omni_core.media import AUDIO_OPTIONS, audio_options
 
         out: dict[str, Any] = {"voice": self.audio.voice} if self.audio is not None else {}
@@ -336,6 +361,7 @@ class ChatCompletionRequest(_Sampling):
             add_generation_prompt=self.add_generation_prompt,
             continue_final_message=self.continue_final_message,
             chat_template_kwargs=self.chat_template_kwargs,
+            tools=[t.model_dump(exclude_none=True) for t in self.tools] if self.tools else None,
         )
 
 
@@ -471,10 +497,16 @@ def _path_in(data: Any, error: Any) -> list[str | int]:
             path.append(part)
             node = node[part]
         elif isinstance(part, str) and isinstance(node, dict):
+            child, after = node.get(part), loc[i + 1 : i + 2]
+            keyed = bool(after) and (  # a key whose value holds the next part: not a tag
+                (isinstance(child, dict) and after[0] in child)
+                or (isinstance(child, list) and isinstance(after[0], int))
+            )
             if (
                 part == node.get("type")
                 and node is not tagged
-                and (part not in node or loc[i + 1 : i + 2] != [part])
+                and not keyed
+                and (part not in node or after != [part])
             ):
                 tagged = node
                 continue  # a tagged union's member, named by its tag (not a key of the body)

@@ -11,10 +11,13 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omni_core.media import AudioChunk, audio_bytes
 from omni_core.outputs import OmniRequestOutput
+
+if TYPE_CHECKING:
+    from omni_core.serve.tools import ToolCalling
 
 FINGERPRINT = "omni-core"
 NEVER_FILLED = {"kv_transfer_params": None, "ec_transfer_params": None, "metrics": None}
@@ -245,16 +248,26 @@ def chat_response(
     decode: Callable[[list[int]], str],
     extras: Extras = Extras(),
     request_id: str | None = None,
+    tools: ToolCalling | None = None,
 ) -> dict[str, Any]:
+    """A whole chat response; with ``tools``, each answer's tool calls parsed out of its text
+    (blocking: run it off the event loop)."""
     body_choices = []
     for index, choice in enumerate(choices):
+        content: str | None = choice.text
+        calls: list[dict[str, Any]] = []
+        finish = choice.finish_reason or "stop"
+        if tools is not None:
+            content, calls = tools.whole(choice.text)
+            finish = tools.finish_reason(choice.finish_reason, bool(calls))
         message: dict[str, Any] = {
             "role": "assistant",
-            "content": choice.text if reply.text else None,
+            "content": content if reply.text else None,
             "refusal": None,
             "annotations": None,
             "audio": reply.message_audio(choice),
             "function_call": None,
+            "tool_calls": calls,
             "reasoning": None,
         }
         logprobs = None
@@ -266,7 +279,7 @@ def chat_response(
                 "index": index,
                 "message": message,
                 "logprobs": logprobs,
-                "finish_reason": choice.finish_reason or "stop",
+                "finish_reason": finish,
                 "stop_reason": choice.stop_reason,
                 "token_ids": choice.token_ids if extras.token_ids else None,
                 "routed_experts": None,

@@ -11,10 +11,13 @@ import base64
 import json
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omni_core.media import AudioChunk, pcm16
 from omni_core.outputs import OmniRequestOutput
+
+if TYPE_CHECKING:
+    from omni_core.serve.tools import ToolCalling
 from omni_core.serve.errors import ApiError
 from omni_core.serve.responses import (
     FINGERPRINT,
@@ -119,8 +122,12 @@ async def chat_chunks(
     request_id: str | None = None,
     continuous_usage: bool = False,
     extras: Extras | None = None,
+    tools: ToolCalling | None = None,
 ) -> AsyncIterator[str]:
-    """Chat chunks. With audio asked for (``reply.audio``), each choice's ``delta.audio`` pieces
+    """Chat chunks; with ``tools``, each text delta goes through the choice's tool-call stream
+    (``content`` and/or ``tool_calls`` deltas, OpenAI's shapes).
+
+    With audio asked for (``reply.audio``), each choice's ``delta.audio`` pieces
     carry one audio ``id`` and, as the stages produce them, base64 pcm16 ``data`` (the audio
     stage's chunks) and ``transcript`` (the text stage's deltas, also in ``content`` when text is
     asked for too); every piece has all three (``""`` where it adds nothing), so concatenating
@@ -131,6 +138,7 @@ async def chat_chunks(
     c = _Chunks("chatcmpl", "chat.completion.chunk", model, n, request_id, continuous, extras)
     audio_ids = [new_id("audio") for _ in range(n)] if reply.audio else []
     spoke = [False] * n  # an audio piece went out for the choice
+    calls = [tools.streamer() for _ in range(n)] if tools is not None else []
 
     def audio(index: int, data: str = "", transcript: str = "", **more: Any) -> dict[str, Any]:
         return {"id": audio_ids[index], "data": data, "transcript": transcript, **more}
@@ -158,7 +166,10 @@ async def chat_chunks(
         logprobs = None
         if out.output_type == "text" and (out.text or out.token_ids):
             if reply.text:
-                delta["content"] = out.text
+                if calls:
+                    delta.update(await calls[out.index].delta(out.text, list(out.token_ids)))
+                else:
+                    delta["content"] = out.text
                 if top_logprobs is not None:
                     steps = list(out.logprobs or ())
                     logprobs = {
@@ -179,10 +190,17 @@ async def chat_chunks(
             last = {"audio": audio(index, expires_at=reply.expires_at())}
             body = {"index": index, "delta": last, "logprobs": None}
             yield c.chunk([{**body, "finish_reason": None, "token_ids": None}])
+    for index, stream in enumerate(calls):
+        last = await stream.finish()
+        if last:
+            body = {"index": index, "delta": last, "logprobs": None}
+            yield c.chunk([{**body, "finish_reason": None, "token_ids": None}])
     closing_extra = {} if usage_prompt is not None else {"system_fingerprint": FINGERPRINT}
     for index, choice in enumerate(c.choices):
         closing = {"index": index, "delta": {}, "logprobs": None}
         reason = choice.finish_reason or "stop"
+        if tools is not None:
+            reason = tools.finish_reason(choice.finish_reason, calls[index].called)
         stop = choice.stop_reason
         yield c.chunk(
             [{**closing, "finish_reason": reason, "stop_reason": stop, "token_ids": None}],

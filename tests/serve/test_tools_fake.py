@@ -1,0 +1,103 @@
+"""Tool calling's request checks on ``omni serve`` with a scripted first stage (no real model):
+what is a 400 (naming the field), ``tool_choice: none``, tool turns in the history."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from tests.serve.conftest import running_server
+
+PIPE = """
+name: fake-chat
+stages:
+  - {id: 0, name: thinker, kind: scripted, engine_args: {num_tokens: 5}, final_output: true}
+"""
+HI = [{"role": "user", "content": "hi"}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
+]
+CALL = {"id": "call-1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
+
+
+@pytest.fixture(scope="module")
+def base():
+    with running_server(PIPE) as (url, _, _):
+        yield url
+
+
+def chat(base: str, **body) -> httpx.Response:
+    body = {"model": "fake-chat", "messages": HI, **body}
+    return httpx.post(f"{base}/v1/chat/completions", json=body, timeout=30)
+
+
+@pytest.mark.parametrize(
+    ("body", "param", "words"),
+    [
+        ({"tools": TOOLS}, "tool_choice", "tool_call_parser"),  # default "auto": needs a parser
+        ({"tools": TOOLS, "tool_choice": "auto"}, "tool_choice", "tool_call_parser"),
+        ({"tools": TOOLS, "tool_choice": "required"}, "tool_choice", "'scripted'"),
+        (
+            {"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}},
+            "tool_choice",
+            "'nope'",
+        ),
+        ({"tool_choice": "required"}, "tool_choice", "needs 'tools'"),
+        (
+            {"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": 3}}}]},
+            "tools",
+            "tools[0].function.parameters",
+        ),
+        (
+            {"tools": [{"type": "function", "function": {"name": "f", "parameters": []}}]},
+            "tools",
+            "tools[0].function.parameters",
+        ),
+        ({"tools": [{"type": "function", "function": {"name": "a b"}}]}, "tools", "tools[0]"),
+        (
+            {"messages": [*HI, {"role": "tool", "content": "sunny"}]},
+            "messages",
+            "tool_call_id",
+        ),
+        (
+            {"messages": [*HI, {"role": "user", "content": "x", "tool_calls": [CALL]}]},
+            "messages",
+            "tool_calls",
+        ),
+        ({"functions": [{"name": "f"}]}, "functions", "'tools'"),
+    ],
+)
+def test_bad_tool_requests_are_400_naming_the_field(base, body, param, words):
+    got = chat(base, **body)
+    assert got.status_code == 400, got.text
+    error = got.json()["error"]
+    assert error["param"] == param and words in error["message"], error
+
+
+def test_tools_on_completions_are_an_unknown_field(base):
+    body = {"model": "fake-chat", "prompt": "hi", "tools": TOOLS}
+    got = httpx.post(f"{base}/v1/completions", json=body, timeout=30)
+    assert got.status_code == 400 and "unknown field" in got.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_tool_choice_none_and_a_tool_turn_in_the_history(base, stream):
+    history = [
+        *HI,
+        {"role": "assistant", "content": None, "tool_calls": [CALL]},
+        {"role": "tool", "tool_call_id": "call-1", "content": "sunny"},
+    ]
+    got = chat(base, messages=history, tools=TOOLS, tool_choice="none", stream=stream)
+    assert got.status_code == 200, got.text
+    if not stream:
+        choice = got.json()["choices"][0]
+        assert choice["message"]["tool_calls"] == [] and choice["message"]["content"]
+        assert choice["finish_reason"] in ("stop", "length")
+    else:
+        assert '"tool_calls"' not in got.text and '"content"' in got.text
