@@ -25,7 +25,9 @@ block size 24. Chunked decoding (each chunk with a few blocks of context, noise 
 position) is what the block attention was trained for and would cut latency to about one chunk
 plus one look-ahead block, at the price of recomputing the context blocks per chunk (``(chunk +
 context) / chunk`` of the DiT cost) and of a waveform that differs from transformers' whole
-decoding. This engine decodes whole utterances, which keeps exact parity with ``generate()``.
+decoding. This engine decodes whole utterances, which keeps exact parity with ``generate()``,
+unless a request asks for streamed audio (``extra["audio"]["stream"]``, the core's generic
+audio option, or ``extra["audio_stream"]``): then chunk by chunk, :mod:`omni_qwen.stream_wav`.
 
 **Seeding.** The DiT's initial noise is ``torch.randn([1, 2·len(codes), mel_dim])`` drawn by
 ``Qwen2_5OmniToken2WavDiTModel.sample`` from the CPU default generator. The engine seeds that
