@@ -1,0 +1,160 @@
+"""The ``qwen3-omni`` pipeline (vLLM thinker → talker + code predictor → code2wav, stream edges)
+against transformers' ``generate(return_audio=True)`` on the same tiny checkpoint.
+
+Greedy thinker and talker: the thinker's ids, the talker's codes of every code group and the
+waveform equal transformers'. transformers' ``talker_max_new_tokens`` is ``FRAMES + 1`` (its last
+first-code never gets residual codes; the tiny talker never says its eos). Waveform: max abs
+within ``WAVE_TOLERANCE`` (measured: 0, bitwise: code2wav gets the same codes and
+``chunked_decode(chunk_size=300)`` is one decode under 300 frames). A streamed request (the
+generic audio option ``extra[AUDIO_OPTIONS]["stream"]``) gets its audio in several chunks that
+join into the whole decode within 1e-6 (left context 25 >= the tiny receptive field, 14).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from omni_qwen3.pipelines import omni_pipeline
+from qwen3_helpers import AUDIO_CHAT, IM_END, IMAGE_CHAT, SAMPLE_RATE, TEXT_CHAT, hf_inputs, sine
+from qwen3_helpers import image as test_image
+
+from omni_core import AsyncOmniEngine, OmniSettings
+from omni_core.extend import AUDIO_OPTIONS
+from omni_core.media import AudioChunk
+from omni_core.plugin.hooks import PluginHost
+
+# the module's engine starts vLLM and two torch stages (minutes on the loaded 2 cores)
+pytestmark = [pytest.mark.engine, pytest.mark.timeout(600)]
+
+THINKER_TOKENS = 8
+FRAMES = 16  # > the code2wav stage's 12-frame streamed chunk: two chunks
+WAVE_TOLERANCE = 1e-6
+CASES = {
+    "text": (TEXT_CHAT, {}),
+    "audio": (AUDIO_CHAT, {"audio": [sine()]}),
+    "image": (IMAGE_CHAT, {"images": [test_image()]}),
+}
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_qwen3, qwen3_cache):
+    settings = OmniSettings(cache_dir=qwen3_cache, startup_timeout_s=600.0)
+    engine = AsyncOmniEngine(
+        omni_pipeline(), settings=settings, plugins=PluginHost.create(settings)
+    )
+    yield engine
+    engine.shutdown()
+
+
+def reference(hf: Any, chat: list[dict[str, Any]], voice: str, **media: Any) -> dict[str, Any]:
+    """transformers' greedy ``generate(return_audio=True)``: thinker ids, talker codes
+    (frame-major, every group), waveform."""
+    _, inputs = hf_inputs(hf, chat, **media)
+    model = hf[1]
+    seen: dict[str, Any] = {}
+    decode = model.code2wav.chunked_decode
+
+    def record(codes: Any, *args: Any, **kwargs: Any) -> Any:
+        seen["codes"] = codes
+        return decode(codes, *args, **kwargs)
+
+    model.code2wav.chunked_decode = record
+    try:
+        with torch.no_grad():
+            sequences, wave = model.generate(
+                **inputs,
+                speaker=voice,
+                return_audio=True,
+                thinker_do_sample=False,
+                thinker_max_new_tokens=THINKER_TOKENS,
+                thinker_eos_token_id=IM_END,
+                talker_do_sample=False,
+                talker_max_new_tokens=FRAMES + 1,
+            )
+    finally:
+        del model.code2wav.chunked_decode
+    return {
+        "generated": sequences[0, inputs["input_ids"].shape[1] :].tolist(),
+        "codes": seen["codes"][0].T.reshape(-1).tolist(),
+        "wave": wave.reshape(-1).numpy(),
+    }
+
+
+def params(voice: str, stream: bool = False) -> dict[str, Any]:
+    return {
+        "thinker": {"max_tokens": THINKER_TOKENS, "temperature": 0.0},
+        "talker": {
+            "temperature": 0.0,
+            "repetition_penalty": 1.05,
+            "max_tokens": FRAMES,
+            "extra": {"voice": voice},
+        },
+        "code2wav": {"extra": {AUDIO_OPTIONS: {"stream": stream}}},
+    }
+
+
+def speak(engine: AsyncOmniEngine, prompt: Any, sampling: dict[str, Any]) -> list[Any]:
+    async def go() -> list[Any]:
+        return [out async for out in engine.generate(prompt, sampling_params=sampling)]
+
+    return asyncio.run(go())
+
+
+def prompt_of(hf: Any, chat: list[dict[str, Any]], media: dict[str, Any]) -> dict[str, Any]:
+    text, _ = hf_inputs(hf, chat, **media)
+    prompt: dict[str, Any] = {"prompt": text}
+    if "audio" in media:
+        prompt["multi_modal_data"] = {"audio": (media["audio"][0], SAMPLE_RATE)}
+    if "images" in media:
+        prompt["multi_modal_data"] = {"image": media["images"][0]}
+    return prompt
+
+
+def audio_of(outs: list[Any]) -> tuple[list[int], np.ndarray, int]:
+    chunks = [o for o in outs if o.stage_name == "code2wav"]
+    for o in chunks:
+        assert isinstance(o.payload, AudioChunk) and o.payload.sample_rate == 24000
+    codes = [c for o in chunks for c in o.token_ids]
+    wave = np.concatenate([o.payload.samples for o in chunks])
+    return codes, wave, len(chunks)
+
+
+@pytest.mark.parametrize(
+    ("case", "voice"), [("text", "Ethan"), ("audio", "Chelsie"), ("image", "aiden")]
+)
+def test_the_pipeline_speaks_as_transformers_generate(engine, hf3, case, voice):
+    chat, media = CASES[case]
+    ref = reference(hf3, chat, voice, **media)
+    outs = speak(engine, prompt_of(hf3, chat, media), params(voice))
+    last = outs[-1]
+    assert last.finished and last.error is None, last
+    assert [t for o in outs if o.stage_name == "thinker" for t in o.token_ids] == ref["generated"]
+    codes, wave, _ = audio_of(outs)
+    assert len(codes) == 4 * FRAMES and codes == ref["codes"]  # every group of every frame
+    assert wave.dtype == np.float32 and wave.shape == ref["wave"].shape == (FRAMES * 1920 - 555,)
+    assert np.abs(wave - ref["wave"]).max() <= WAVE_TOLERANCE
+
+
+def test_streamed_audio_comes_in_chunks_equal_to_the_whole_decode(engine, hf3):
+    chat, media = CASES["text"]
+    prompt = prompt_of(hf3, chat, media)
+    whole = audio_of(speak(engine, prompt, params("Ethan")))
+    outs = speak(engine, prompt, params("Ethan", stream=True))
+    assert outs[-1].error is None, outs[-1]
+    codes, wave, chunks = audio_of(outs)
+    assert chunks >= 2 and codes == whole[0]
+    assert wave.shape == whole[1].shape
+    assert np.abs(wave - whole[1]).max() <= 1e-6
+
+
+def test_an_unknown_voice_is_a_400_naming_the_voices(engine):
+    text = "<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n"
+    outs = speak(engine, {"prompt": text}, params("Nobody"))
+    last = outs[-1]
+    assert last.finished and last.finish_reason == "error"
+    assert last.error.status_code == 400
+    assert "Nobody" in last.error.message and "aiden, chelsie, ethan" in last.error.message
