@@ -19,8 +19,16 @@ import numpy as np
 import pytest
 import torch
 from omni_qwen3.pipelines import omni_pipeline
-from qwen3_helpers import AUDIO_CHAT, IM_END, IMAGE_CHAT, SAMPLE_RATE, TEXT_CHAT, hf_inputs, sine
-from qwen3_helpers import image as test_image
+from qwen3_helpers import (
+    AUDIO_CHAT,
+    IM_END,
+    IMAGE_CHAT,
+    SAMPLE_RATE,
+    TEXT_CHAT,
+    hf_inputs,
+    image,
+    sine,
+)
 
 from omni_core import AsyncOmniEngine, OmniSettings
 from omni_core.extend import AUDIO_OPTIONS
@@ -36,7 +44,7 @@ WAVE_TOLERANCE = 1e-6
 CASES = {
     "text": (TEXT_CHAT, {}),
     "audio": (AUDIO_CHAT, {"audio": [sine()]}),
-    "image": (IMAGE_CHAT, {"images": [test_image()]}),
+    "image": (IMAGE_CHAT, {"images": [image()]}),
 }
 
 
