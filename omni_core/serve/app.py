@@ -123,6 +123,7 @@ def create_app(
     stages = engine.pipeline.stages
     offered = {s.config.final_output_type for s in stages.values() if s.config.final_output}
     first_stage = stages[min(stages)]
+    stage_name = first_stage.name
     # An engine kind without a request API (``generate``) is served only by its plugins' routes.
     answers_requests = callable(getattr(engine, "generate", None))
     renderer = engine.prompt_renderer if answers_requests else None  # loads a tokenizer once
@@ -373,57 +374,74 @@ def create_app(
         if "text" not in offered:
             raise ApiError(400, f"model '{model_id}' does not produce text", param="model")
         check_as_vllm(body)
-        if isinstance(body.prompt, str):
-            check_prompt_chars(len(body.prompt), settings.max_prompt_chars, "prompt")
-            rendered = await off_loop(renderer.encode, body.prompt, body.add_special_tokens)
-        else:
-            rendered = await off_loop(renderer.tokens, body.prompt)
+        prompts = body.prompts()
+        chars = sum(len(p) for p in prompts if isinstance(p, str))
+        check_prompt_chars(chars, settings.max_prompt_chars, "prompt")
+
+        def render() -> list[RenderedPrompt]:
+            return [
+                renderer.encode(p, body.add_special_tokens)
+                if isinstance(p, str)
+                else renderer.tokens(p)
+                for p in prompts
+            ]
+
+        rendered = await off_loop(render)
         overrides = body.overrides()
-        echo = None
+        echoes: list[tuple[str, list[int]]] | None = None
         if body.echo:
-            ids = rendered.prompt if isinstance(rendered.prompt, list) else []
-            echo = (rendered.text, list(ids))
+            echoes = [
+                (r.text, list(r.prompt) if isinstance(r.prompt, list) else []) for r in rendered
+            ]
             if body.logprobs is not None:  # the prompt's logprobs, from the stage (vLLM's)
                 extra = dict(first_stage.config.sampling_params.get("extra") or {})
                 vllm = {**extra.get("vllm", {}), "prompt_logprobs": body.logprobs}
                 overrides["extra"] = {**extra, "vllm": vllm}
         params = stage_params(with_vllm_extras(body, overrides))
-        run = Run(request, engine, admission, rendered, params, ["text"], drain)
+        runs = start_runs(request, rendered, params)
         rid = request_id_of(request, body)
         extras = extras_of(body)
+        prompt_tokens = sum(r.num_tokens or 0 for r in rendered)
+        n = body.n
         if body.stream:
-            first = await run.start()
-            if echo is not None:  # a stage without prompt logprobs: a 400, not a broken stream
+            firsts = await all_of(runs, Run.start)
+            runs[0].siblings = runs[1:]  # its stream's end closes them all
+            if echoes is not None:  # a stage without prompt logprobs: a 400, not a broken stream
                 try:
-                    streams.prompt_logprobs([first], len(echo[1]), body.logprobs, first_stage.name)
+                    for first, echo in zip(firsts, echoes, strict=True):
+                        streams.prompt_logprobs([first], len(echo[1]), body.logprobs, stage_name)
                 except ApiError:
-                    await run.close()
+                    await runs[0].close()
                     raise
             chunks = streams.completion_chunks(
-                run.outputs(first),
+                streams.interleave([r.outputs(f) for r, f in zip(runs, firsts, strict=True)], n),
                 model=model_id,
-                n=body.n,
+                n=n * len(runs),
                 logprobs=body.logprobs,
                 decode=renderer.decode,
-                echo=echo,
-                usage_prompt=(rendered.num_tokens or 0) if body.include_usage else None,
-                stage_name=first_stage.name,
+                echo=[e for e in echoes for _ in range(n)] if echoes is not None else None,
+                usage_prompt=prompt_tokens if body.include_usage else None,
+                stage_name=stage_name,
                 on_done=metrics.count_usage,
                 request_id=rid,
                 continuous_usage=body.continuous_usage,
                 extras=extras,
             )
-            return with_request_id(run.stream(chunks), request)
-        outputs = await run.collect()
-        echoed = None
-        if echo is not None:
-            steps = streams.prompt_logprobs(outputs, len(echo[1]), body.logprobs, first_stage.name)
-            echoed = (*echo, steps)
+            return with_request_id(runs[0].stream(chunks), request)
+        every = await all_of(runs, Run.collect)
+        choices = []
+        echoed: list[tuple[str, list[int], list[Any]] | None] = []
+        for i, outputs in enumerate(every):
+            choices += gather(outputs, n, prompt=extras.token_ids or extras.prompt_logprobs)
+            if echoes is not None:
+                ids = echoes[i][1]
+                steps = streams.prompt_logprobs(outputs, len(ids), body.logprobs, stage_name)
+                echoed += [(echoes[i][0], ids, steps)] * n
         response = completion_response(
-            gather(outputs, body.n, prompt=extras.token_ids or extras.prompt_logprobs),
+            choices,
             model=model_id,
-            prompt_tokens=rendered.num_tokens or 0,
-            echo=echoed,
+            prompt_tokens=prompt_tokens,
+            echo=echoed or None,
             logprobs=body.logprobs,
             decode=renderer.decode,
             extras=extras,
@@ -431,6 +449,41 @@ def create_app(
         )
         metrics.count_usage(response["usage"])
         return with_request_id(JSONResponse(response), request)
+
+    def start_runs(request: Request, rendered: list[RenderedPrompt], params: Any) -> list[Run]:
+        """A run per prompt, each admitted (a request of k prompts holds k slots)."""
+        runs: list[Run] = []
+        try:
+            for prompt in rendered:
+                runs.append(Run(request, engine, admission, prompt, params, ["text"], drain))
+        except BaseException:
+            for run in runs:  # not started yet: their slots only
+                if run.admission is not None:
+                    run.admission.leave()
+                    run.admission = None
+            raise
+        return runs
+
+    async def all_of(runs: list[Run], step: Any) -> list[Any]:
+        """``step(run)`` of every run at once; the first failure cancels the others and closes
+        every run (which aborts them), then is raised."""
+        if len(runs) == 1:
+            return [await step(runs[0])]
+        tasks = [asyncio.ensure_future(step(r)) for r in runs]
+        try:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.wait(tasks)
+        failed = [t.exception() for t in tasks if not t.cancelled() and t.exception()]
+        if failed or any(t.cancelled() for t in tasks):
+            for run in runs:
+                await run.close()
+            if failed:
+                raise failed[0]
+            raise asyncio.CancelledError()
+        return [t.result() for t in tasks]
 
     @app.post("/v1/images/generations")
     async def images(request: Request) -> Any:

@@ -366,7 +366,10 @@ class ChatCompletionRequest(_Sampling):
 
 
 class CompletionRequest(_Sampling):
-    prompt: str | list[int]
+    """``prompt``: a string, token ids, or several of either (a list of strings / of token-id
+    lists): a run per prompt, choice ``i * n + j`` for prompt ``i``'s sample ``j`` (vLLM's)."""
+
+    prompt: str | list[int] | list[str] | list[list[int]]
     max_tokens: int | None = Field(default=16, ge=1)  # OpenAI's and vLLM's default here
     echo: bool = False
     logprobs: int | None = Field(default=None, ge=0, le=20)
@@ -374,19 +377,21 @@ class CompletionRequest(_Sampling):
 
     @field_validator("prompt", mode="before")
     @classmethod
-    def _one_prompt(cls, prompt: Any) -> Any:
-        if isinstance(prompt, list) and prompt and isinstance(prompt[0], str | list):
-            if len(prompt) != 1:
-                raise ApiError(
-                    400,
-                    f"'prompt': {len(prompt)} prompts in one request are not supported; send one "
-                    "request per prompt",
-                    param="prompt",
-                )
-            prompt = prompt[0]
+    def _not_empty(cls, prompt: Any) -> Any:
         if prompt in ("", []):
             raise ApiError(400, "'prompt' must not be empty", param="prompt")
+        if isinstance(prompt, list) and prompt and isinstance(prompt[0], str | list):
+            for i, one in enumerate(prompt):
+                if one in ("", []):
+                    raise ApiError(400, f"'prompt[{i}]' must not be empty", param="prompt")
         return prompt
+
+    def prompts(self) -> list[str | list[int]]:
+        """The request's prompts (one or several)."""
+        prompt = self.prompt
+        if isinstance(prompt, list) and prompt and isinstance(prompt[0], str | list):
+            return list(prompt)
+        return [prompt]  # type: ignore[list-item]
 
     def num_logprobs(self) -> int | None:
         return self.logprobs

@@ -309,19 +309,23 @@ def completion_response(
     *,
     model: str,
     prompt_tokens: int,
-    echo: tuple[str, list[int], list[Any]] | None,
+    echo: tuple[str, list[int], list[Any]] | list[tuple[str, list[int], list[Any]] | None] | None,
     logprobs: int | None,
     decode: Callable[[list[int]], str],
     extras: Extras = Extras(),
     request_id: str | None = None,
 ) -> dict[str, Any]:
+    """A whole completion; ``echo``: the prompt's text, ids and logprobs, for every choice or
+    per choice (several prompts)."""
+    echoes = echo if isinstance(echo, list) else [echo] * len(choices)
     body_choices = []
     for index, choice in enumerate(choices):
         text, ids, steps = choice.text, choice.token_ids, list(choice.logprobs)
-        if echo is not None:
-            text = echo[0] + text
-            ids = echo[1] + ids
-            steps = echo[2] + steps
+        mine = echoes[index]
+        if mine is not None:
+            text = mine[0] + text
+            ids = mine[1] + ids
+            steps = mine[2] + steps
         body_choices.append(
             {
                 "index": index,

@@ -81,6 +81,7 @@ class Run:
         self.request = request
         self.drain = drain
         self.admission: Admission | None = admission
+        self.siblings: list[Run] = []  # runs of the same request closed with this one
         admission.enter()
         self.gen = _generate(engine, rendered, params, modalities)  # keeps the chat
 
@@ -137,10 +138,14 @@ class Run:
         return work.result()
 
     async def close(self) -> None:
-        if self.admission is not None:
-            self.admission.leave()
-            self.admission = None  # left once, however many paths close the run
-            await self.gen.aclose()
+        try:
+            if self.admission is not None:
+                self.admission.leave()
+                self.admission = None  # left once, however many paths close the run
+                await self.gen.aclose()
+        finally:
+            for sibling in self.siblings:
+                await sibling.close()
 
 
 class EventStream(StreamingResponse):

@@ -7,11 +7,14 @@ usage; then ``data: [DONE]``.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from omni_core.media import AudioChunk, pcm16
 from omni_core.outputs import OmniRequestOutput
@@ -217,7 +220,7 @@ async def completion_chunks(
     n: int,
     logprobs: int | None,
     decode: Decode,
-    echo: tuple[str, list[int]] | None,
+    echo: tuple[str, list[int]] | list[tuple[str, list[int]]] | None,
     usage_prompt: int | None,
     stage_name: str = "",
     on_done: Callable[[dict[str, Any]], None] | None = None,
@@ -228,8 +231,8 @@ async def completion_chunks(
     continuous = usage_prompt if continuous_usage else None
     c = _Chunks("cmpl", "text_completion", model, n, request_id, continuous, extras)
     offsets = [0] * n
-    pending_echo = [echo is not None] * n
-    echo_text = echo[0] if echo is not None else ""
+    echoes = echo if isinstance(echo, list) else [echo] * n  # per choice (several prompts)
+    pending_echo = [e is not None for e in echoes]
     sent_prompt = [False] * n
 
     def choice(
@@ -257,10 +260,11 @@ async def completion_chunks(
         if not (out.text or out.token_ids):
             continue
         text, ids, steps = out.text, out.token_ids, list(out.logprobs or ())
-        if pending_echo[out.index] and echo is not None:
-            text = echo_text + text
-            prompt_steps = prompt_logprobs([out], len(echo[1]), logprobs, stage_name)
-            ids, steps = echo[1] + ids, prompt_steps + steps
+        mine = echoes[out.index]
+        if pending_echo[out.index] and mine is not None:
+            text = mine[0] + text
+            prompt_steps = prompt_logprobs([out], len(mine[1]), logprobs, stage_name)
+            ids, steps = mine[1] + ids, prompt_steps + steps
             pending_echo[out.index] = False
         lp = None
         if logprobs is not None:
@@ -273,11 +277,50 @@ async def completion_chunks(
         yield c.chunk([body])
     closing_extra = {} if usage_prompt is not None else {"system_fingerprint": FINGERPRINT}
     for index, done in enumerate(c.choices):
-        text = echo_text if pending_echo[index] else ""
+        mine = echoes[index]
+        text = mine[0] if pending_echo[index] and mine is not None else ""
         closing = choice(index, text, None, done.finish_reason or "stop", [], done.stop_reason)
         yield c.chunk([closing], **closing_extra)
     for tail in c.tail(usage_prompt, on_done):
         yield tail
+
+
+async def interleave(
+    streams: list[AsyncIterator[OmniRequestOutput]], n: int
+) -> AsyncIterator[OmniRequestOutput]:
+    """Several prompts' outputs as they come, prompt ``i``'s choice ``j`` as choice
+    ``i * n + j`` (vLLM's order); a failure of one ends the whole stream with it."""
+    if len(streams) == 1:
+        async for out in streams[0]:
+            yield out
+        return
+    queue: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
+    done = object()
+
+    async def pump(i: int, stream: AsyncIterator[OmniRequestOutput]) -> None:
+        try:
+            async for out in stream:
+                await queue.put((i, out))
+        except Exception as exc:  # handed to the consumer, which raises it
+            await queue.put((i, exc))
+            return
+        await queue.put((i, done))
+
+    tasks = [asyncio.ensure_future(pump(i, s)) for i, s in enumerate(streams)]
+    try:
+        left = len(tasks)
+        while left:
+            i, item = await queue.get()
+            if item is done:
+                left -= 1
+            elif isinstance(item, Exception):
+                raise item
+            else:
+                yield msgspec.structs.replace(item, index=i * n + item.index)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def _first(outputs: AsyncIterator[OmniRequestOutput]) -> AsyncIterator[OmniRequestOutput]:

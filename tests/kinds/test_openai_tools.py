@@ -220,3 +220,64 @@ def test_max_tokens_up_to_the_context_clamps_as_vllm(client):
         model=MODEL, prompt="hi", max_tokens=512, extra_body={"ignore_eos": True}
     )
     assert got.usage.prompt_tokens + got.usage.completion_tokens == 512
+
+
+# several prompts in one completions request (issue 30, item 2) on the same server
+
+PROMPTS = [[1, 40, 41, 42], [1, 50, 51]]
+
+
+def _texts_by_index(stream) -> tuple[dict[int, str], dict[int, str], object]:
+    texts: dict[int, str] = {}
+    finish: dict[int, str] = {}
+    usage = None
+    for chunk in stream:
+        for ch in chunk.choices:
+            texts[ch.index] = texts.get(ch.index, "") + ch.text
+            if ch.finish_reason:
+                finish[ch.index] = ch.finish_reason
+        usage = chunk.usage or usage
+    return texts, finish, usage
+
+
+def test_several_prompts_are_a_run_each_greedy(client):
+    alone = [
+        client.completions.create(model=MODEL, prompt=p, max_tokens=6, temperature=0)
+        for p in PROMPTS
+    ]
+    got = client.completions.create(model=MODEL, prompt=PROMPTS, max_tokens=6, temperature=0)
+    assert [c.index for c in got.choices] == [0, 1]
+    assert [c.text for c in got.choices] == [a.choices[0].text for a in alone]
+    assert got.usage.prompt_tokens == sum(len(p) for p in PROMPTS) == 7
+    assert got.usage.completion_tokens == 12
+    streamed = client.completions.create(
+        model=MODEL, prompt=PROMPTS, max_tokens=6, temperature=0, stream=True,
+        stream_options={"include_usage": True},
+    )  # fmt: skip
+    texts, finish, usage = _texts_by_index(streamed)
+    assert texts == {0: alone[0].choices[0].text, 1: alone[1].choices[0].text}
+    assert finish == {0: "length", 1: "length"}
+    assert usage.prompt_tokens == 7 and usage.completion_tokens == 12
+
+
+def test_several_prompts_with_n_index_prompt_times_n_plus_sample(client):
+    fields = {"max_tokens": 5, "n": 2, "seed": 7, "temperature": 1.0}
+    alone = [client.completions.create(model=MODEL, prompt=p, **fields) for p in PROMPTS]
+    want = {i * 2 + j: a.choices[j].text for i, a in enumerate(alone) for j in range(2)}
+    got = client.completions.create(model=MODEL, prompt=PROMPTS, echo=True, **fields)
+    assert {c.index: c.text for c in got.choices} == {
+        k: client_text(PROMPTS[k // 2]) + v for k, v in want.items()
+    }
+    streamed = client.completions.create(model=MODEL, prompt=PROMPTS, stream=True, **fields)
+    texts, finish, _ = _texts_by_index(streamed)
+    assert texts == want and sorted(finish) == [0, 1, 2, 3]
+
+
+def client_text(ids: list[int]) -> str:
+    from transformers import AutoTokenizer
+
+    from omni_core.config.settings import OmniSettings
+    from omni_core.models import resolve_model
+
+    path = resolve_model("tiny-thinker", OmniSettings().cache_dir)
+    return AutoTokenizer.from_pretrained(path).decode(ids)

@@ -101,3 +101,28 @@ def test_tool_choice_none_and_a_tool_turn_in_the_history(base, stream):
         assert choice["finish_reason"] in ("stop", "length")
     else:
         assert '"tool_calls"' not in got.text and '"content"' in got.text
+
+
+def complete(base: str, **body) -> httpx.Response:
+    body = {"model": "fake-chat", **body}
+    return httpx.post(f"{base}/v1/completions", json=body, timeout=30)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_several_prompts_give_choice_i_times_n_plus_j(base, stream):
+    got = complete(base, prompt=["a", "bb", "ccc"], n=2, stream=stream)
+    assert got.status_code == 200, got.text
+    if not stream:
+        assert [c["index"] for c in got.json()["choices"]] == list(range(6))
+    else:
+        closing = [line for line in got.text.splitlines() if '"finish_reason":"' in line]
+        assert sorted(int(line.split('"index":')[1].split(",")[0]) for line in closing) == list(
+            range(6)
+        )
+    again = complete(base, prompt="a")  # every slot came back
+    assert again.status_code == 200
+
+
+def test_an_empty_prompt_among_several_is_a_400(base):
+    got = complete(base, prompt=["a", ""])
+    assert got.status_code == 400 and "'prompt[1]'" in got.json()["error"]["message"]
