@@ -90,6 +90,9 @@ class ProcessStageClient(LocalStageClient):
         self._codec_state: dict[str, Any] = {}  # payload codecs' per-request state (wire)
         # per request: its last frame being packed off the loop (done once written)
         self._packing: dict[str, asyncio.Future[None]] = {}
+        # per request: its shared-memory files sent, until its next output or its abort (the
+        # worker read them by then): those of a worker that died first are removed here
+        self._shared: dict[str, list[str]] = {}
         self.compute_s = 0.0  # engine time the worker reported (steps, requests and inputs)
 
     def worker_spec(self) -> dict[str, Any]:
@@ -170,6 +173,11 @@ class ProcessStageClient(LocalStageClient):
         if self._corruption is not None:
             reason = self._corruption
         self.die(reason)
+        for paths in self._shared.values():  # sent, never read
+            for path in paths:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+        self._shared.clear()
         for fut in self._calls.values():
             if not fut.done():
                 fut.set_exception(EngineDeadError(f"{self.label} is dead: {reason}"))
@@ -186,6 +194,8 @@ class ProcessStageClient(LocalStageClient):
                     materialize(out.hidden_states, self._plane)
                 if out.finished and self._codec_state:  # e.g. an error output: no codec ran
                     self._codec_state.pop(out.request_id, None)
+                if self._shared:  # the worker read the request's frame
+                    self._shared.pop(out.request_id, None)
                 self._outbox.append(out)
         elif type(frame) is Ack:
             fut = self._calls.pop(frame.call_id, None)
@@ -244,7 +254,9 @@ class ProcessStageClient(LocalStageClient):
             self.check_alive()
             assert self._transport is not None
             self._transport.write(data)
-            paths.clear()  # the stage process takes them
+            if paths:  # the stage process takes them
+                self._shared.setdefault(request_id, []).extend(paths)
+                paths.clear()
         finally:
             mine.set_result(None)
             if self._packing.get(request_id) is mine:
@@ -260,6 +272,9 @@ class ProcessStageClient(LocalStageClient):
         if packing:  # an abort never overtakes its request's add
             await asyncio.wait(packing)
         await self._call("abort", list(request_ids))
+        if self._shared:  # answered after the worker read their frames
+            for rid in request_ids:
+                self._shared.pop(rid, None)
 
     async def collective_rpc(
         self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]

@@ -65,12 +65,15 @@ def describe(prompt: Any) -> Any:
 
 
 class MediaEcho(IdleEngine):
-    """Logs what each frame brought; any RPC answers the log."""
+    """Logs what each frame brought; any RPC answers the log. A request whose prompt is
+    ``"sleep"`` keeps it busy for 30 s."""
 
     def __init__(self) -> None:
         self.log: list[Any] = []
 
     def add(self, request: Any) -> None:
+        if request.prompt == "sleep":  # busy: the frames after this one wait in the socket
+            time.sleep(30)
         self.log.append(["add", request.request_id, describe(request.prompt)])
 
     def add_input(self, request_id: str, prompt: Any, final: bool) -> None:

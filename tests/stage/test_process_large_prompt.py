@@ -111,3 +111,18 @@ def test_shared_images_and_arrays_unpickle_equal_and_leave_no_file(tmp_path, mod
     assert got.info == image.info
     samples, rate = back["multi_modal_data"]["audio"]
     assert rate == 16000 and np.array_equal(samples, audio)
+
+
+async def test_shared_files_a_dead_worker_never_read_are_removed(client, image):
+    import os
+
+    await client.add_request(request("busy", "sleep"))  # the worker reads nothing for 30 s
+    await client.add_request(request("r", {"multi_modal_data": {"image": image}}))
+    [path] = client._shared["r"]
+    assert os.path.exists(path)
+    client.kill()
+    for _ in range(500):
+        if client._dead is not None:
+            break
+        await asyncio.sleep(0.01)
+    assert client._dead is not None and not os.path.exists(path) and not client._shared
