@@ -14,6 +14,8 @@ from typing import Any
 
 from omni_core.stage.inbox import hand_off
 
+_NONE = object()  # no last destination
+
 
 def _deliver(items: list[tuple[Any, Any]]) -> None:
     for stream, item in items:
@@ -22,17 +24,26 @@ def _deliver(items: list[tuple[Any, Any]]) -> None:
 
 class Emitter:
     def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
-        self._pending: dict[int, tuple[asyncio.AbstractEventLoop, list[tuple[Any, Any]]]] = {}
+        # destination loop -> what waits for it (loops hash by identity)
+        self._pending: dict[asyncio.AbstractEventLoop, list[tuple[Any, Any]]] = {}
         self._loop = loop
         self._flush_scheduled = False
+        # the last destination's list: consecutive outputs mostly go to one caller loop
+        self._last: object = _NONE
+        self._last_items: list[tuple[Any, Any]] = []
 
     def emit(self, stream: Any, item: Any) -> None:
         if stream is None:
             return
-        entry = self._pending.get(id(stream.loop))
-        if entry is None:
-            entry = self._pending[id(stream.loop)] = (stream.loop, [])
-        entry[1].append((stream, item))
+        loop = stream.loop
+        if loop is self._last:
+            self._last_items.append((stream, item))
+            return
+        items = self._pending.get(loop)
+        if items is None:
+            items = self._pending[loop] = []
+        self._last, self._last_items = loop, items
+        items.append((stream, item))
 
     def flush_soon(self) -> None:
         """Flush at the next loop turn (at once without an orchestrator loop)."""
@@ -49,7 +60,8 @@ class Emitter:
         if not self._pending:
             return
         pending, self._pending = self._pending, {}
-        for loop, items in pending.values():
+        self._last = _NONE
+        for loop, items in pending.items():
             try:
                 hand_off(loop, _deliver, items)
             except RuntimeError:  # the caller's loop is closed: nobody is listening
