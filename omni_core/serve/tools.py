@@ -158,8 +158,10 @@ def load_parser(name: str, stage: str) -> type:
     except KeyError:
         known = ", ".join(ToolParserManager.list_registered())
         raise ConfigError(
-            f"stage '{stage}': engine_args.tool_call_parser '{name}' is not one of vLLM's tool "
-            f"parsers ({known})"
+            [
+                f"stage '{stage}': engine_args.tool_call_parser '{name}' is not one of vLLM's "
+                f"tool parsers ({known})"
+            ]
         ) from None
     return parser
 

@@ -281,3 +281,11 @@ def client_text(ids: list[int]) -> str:
 
     path = resolve_model("tiny-thinker", OmniSettings().cache_dir)
     return AutoTokenizer.from_pretrained(path).decode(ids)
+
+
+def test_an_unknown_tool_call_parser_is_a_config_error_naming_it():
+    from omni_core.errors import ConfigError
+    from omni_core.serve.tools import load_parser
+
+    with pytest.raises(ConfigError, match="tool_call_parser 'nope'.*hermes"):
+        load_parser("nope", "thinker")
