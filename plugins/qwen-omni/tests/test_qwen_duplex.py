@@ -171,3 +171,48 @@ def test_a_session_past_the_context_cap_gets_an_error_and_others_are_served(serv
         other.conversation.item.create(item=user("Hi."))
         other.response.create()
         assert until(other, "response.done")[-1].response.status == "completed"
+
+
+def test_a_barge_in_stops_the_thinker_within_a_few_decode_steps(served, monkeypatch):
+    """The reply is cancelled while the thinker still has ~1800 tokens to go: once its request is
+    gone from the stage, it had generated only a few tokens after the session applied the cancel
+    (every thinker output the session received is counted, dropped ones included)."""
+    from omni_duplex.session import SessionRunner
+
+    client, engine, _ = served
+    log: list[tuple[str, int]] = []
+    on_output, cancel = SessionRunner._on_output, SessionRunner._cancel
+
+    def recording_output(self: Any, out: Any) -> None:
+        if out.stage_id == 0:
+            log.append(("tokens", len(out.token_ids)))
+        on_output(self, out)
+
+    async def recording_cancel(self: Any, reason: str) -> None:
+        log.append(("cancel", 0))
+        await cancel(self, reason)
+
+    monkeypatch.setattr(SessionRunner, "_on_output", recording_output)
+    monkeypatch.setattr(SessionRunner, "_cancel", recording_cancel)
+    with client.realtime.connect(model="qwen2.5-omni-duplex") as conn:
+        conn.recv()
+        conn.session.update(session={**NO_VAD, "max_output_tokens": MAX_MODEL_LEN - 200})
+        until(conn, "session.updated")
+        conn.conversation.item.create(item=user("Tell me a very long story."))
+        conn.response.create()
+        until(conn, "response.output_text.delta")
+        conn.response.cancel()
+        assert until(conn, "response.done")[-1].response.status == "cancelled"
+        while unfinished(engine):  # the thinker's request is gone from vLLM
+            threading.Event().wait(0.05)
+        threading.Event().wait(0.5)  # outputs already on their way
+    at = log.index(("cancel", 0))
+    before = sum(n for _, n in log[:at])
+    after = sum(n for _, n in log[at:])
+    assert before >= 1 and after < 16, (before, after)  # a few decode steps
+    assert before + after < MAX_MODEL_LEN - 200 - 1000  # far from the end of the reply
+
+
+def unfinished(engine: Any) -> int:
+    (state,) = asyncio.run(engine.collective_rpc("get_state", stage_ids=[0]))
+    return int(state["unfinished"])
