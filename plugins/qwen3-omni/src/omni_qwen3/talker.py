@@ -18,7 +18,7 @@ with the thinker's rows ``emb`` (layer-0 embeddings) and ``hid`` (``hidden_state
   codes (a fresh 2-row prefill ``[talker last hidden, codec_embedding(code0)]``, then one group
   per step); the next talker input is the sum of the frame's code embeddings plus trailing text
   row j: ``text_projection(emb)`` of reply token j + 1, the tts eos after the reply, tts pad after
-  that (a reply with the thinker's eos: the eos token is its end, as transformers' rewrite).
+  that (a reply going on past the thinker's eos: transformers' per-row rewrite).
 
 Talker step j needs the row of reply token j + 1, which the thinker emits with token j + 2: on a
 ``stream`` edge the talker follows the thinker two tokens behind. A one-token reply gives no
@@ -252,15 +252,16 @@ class TalkerEngine(TorchStageEngine):
     # --- what the next step reads ---------------------------------------------------------------
     def text_row(self, state: _Request, j: int) -> tuple[str, int] | None:
         """What trailing text row j is: ``("row", position)``, ``("eos", 0)``, ``("pad", 0)``,
-        or None (wait for the thinker)."""
+        or None (wait for the thinker). As transformers: row j is reply token j + 1's; after the
+        reply's last row the tts eos, then tts pads; a reply going on past the thinker's eos
+        token (``ignore_eos``) gets the tts eos at j = that eos's index, pads after it."""
         row = state.assistant + 4 + j
-        total = None  # rows of the reply that are spoken: the thinker's rows before its eos
-        if state.eos is not None:  # the eos token ends the reply (vLLM stops there)
-            total = len(state.prompt_ids) + state.eos
-        elif state.done:
-            total = len(state.emb)
-        if total is not None and row >= total:
-            return ("eos", 0) if row == total else ("pad", 0)
+        e = state.eos
+        if e is not None and len(state.reply) > e + 1:  # generate()'s per-row rewrite
+            if j >= e:
+                return ("eos", 0) if j == e else ("pad", 0)
+        elif state.done and row >= len(state.emb):
+            return ("eos", 0) if row == len(state.emb) else ("pad", 0)
         if row < len(state.emb):
             return ("row", row)
         if state.done:

@@ -1,0 +1,155 @@
+"""The talker engine (``omni_qwen3.talker``) in this process, fed transformers' own thinker rows,
+against ``generate(return_audio=True)``'s talker codes (every code group): seeded sampling (the
+same draws as ``torch.manual_seed`` before ``generate``), a reply fed in pieces as a stream edge
+feeds it, and a reply that goes on past the thinker's eos (transformers' per-row rewrite). The
+pipeline test (``test_qwen3_pipeline.py``) covers greedy codes from vLLM's rows."""
+
+from __future__ import annotations
+
+import itertools
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+from qwen3_helpers import AUDIO_CHAT, IM_END, TEXT_CHAT, hf_inputs, sine
+
+from omni_core.sampling import SamplingParams
+
+pytestmark = [pytest.mark.engine, pytest.mark.timeout(300)]
+
+THINKER_TOKENS, FRAMES, SEED = 8, 6, 0
+GREEDY = SamplingParams(temperature=0.0, repetition_penalty=1.05, max_tokens=FRAMES)
+SAMPLED = SamplingParams(
+    temperature=0.9, top_k=50, top_p=1.0, repetition_penalty=1.05, max_tokens=FRAMES, seed=SEED
+)
+
+
+@pytest.fixture(scope="module")
+def talker(tiny_qwen3):
+    from omni_qwen3.talker import build
+
+    return build({"model": str(tiny_qwen3), "threads": 1, "options": {}})
+
+
+def reference(hf, chat, sample: bool, eos_at: int | None = None, **media: Any) -> dict[str, Any]:
+    """``generate(return_audio=True)`` (greedy thinker): its talker codes and the thinker's rows
+    as the bridge hands them over. ``eos_at``: the reply gets the eos token at that index."""
+    _, inputs = hf_inputs(hf, chat, **media)
+    model = hf[1]
+    seen: dict[str, Any] = {}
+    thinker_generate, decode = model.thinker.generate, model.code2wav.chunked_decode
+
+    def thinker(*args: Any, **kwargs: Any) -> Any:
+        seen["thinker"] = result = thinker_generate(*args, **kwargs)
+        if eos_at is not None:
+            result.sequences[0, kwargs["input_ids"].shape[1] + eos_at] = IM_END
+        return result
+
+    def record(codes: Any, *args: Any, **kwargs: Any) -> Any:
+        seen["codes"] = codes
+        return decode(codes, *args, **kwargs)
+
+    model.thinker.generate, model.code2wav.chunked_decode = thinker, record
+    try:
+        torch.manual_seed(SEED)
+        with torch.no_grad():
+            model.generate(
+                **inputs,
+                return_audio=True,
+                thinker_do_sample=False,
+                thinker_max_new_tokens=THINKER_TOKENS,
+                thinker_eos_token_id=IM_END,
+                talker_do_sample=sample,
+                talker_max_new_tokens=FRAMES + 1,
+            )
+    finally:
+        del model.thinker.generate, model.code2wav.chunked_decode
+    result, prompt_len = seen["thinker"], inputs["input_ids"].shape[1]
+    ids = result.sequences[0].tolist()
+    return {
+        "codes": seen["codes"][0].T.reshape(-1).tolist(),
+        "prompt_ids": ids[:prompt_len],
+        "reply": ids[prompt_len:],
+        "emb": torch.cat([h[0] for h in result.hidden_states], 1)[0].numpy(),
+        "hid": torch.cat([h[2] for h in result.hidden_states], 1)[0].numpy(),
+    }
+
+
+def chunks(ref: dict[str, Any], pieces: int) -> list[dict[str, Any]]:
+    """The bridge's dicts: the prompt's rows first, then the reply in ``pieces`` parts."""
+    p = len(ref["prompt_ids"])
+    first = {"prompt_ids": ref["prompt_ids"], "image_sizes": [], "start": 0, "token_ids": []}
+    first.update(embeddings=ref["emb"][:p], hidden=ref["hid"][:p])
+    out, rows, tokens = [first], len(ref["emb"]), ref["reply"]
+    bounds = [round(i * len(tokens) / pieces) for i in range(pieces + 1)]
+    for lo, hi in itertools.pairwise(bounds):
+        r0, r1 = p + lo, min(p + hi, rows)
+        out.append(
+            {"start": r0, "token_ids": tokens[lo:hi], "embeddings": ref["emb"][r0:r1]}
+            | {"hidden": ref["hid"][r0:r1]}
+        )
+    return out
+
+
+def drive(engine: Any, parts: list[dict[str, Any]], params: SamplingParams) -> list[int]:
+    """Feed the parts (the next whenever the talker waits) and step to the end."""
+    rid = f"r{id(parts)}"
+    engine.add(
+        SimpleNamespace(
+            request_id=rid,
+            prompt=parts[0],
+            params=params,
+            streaming_input=len(parts) > 1,
+            stream_outputs=True,
+        )
+    )
+    codes: list[int] = []
+    sent = 1
+    while True:
+        if sent < len(parts) and not engine.has_work():
+            engine.add_input(rid, parts[sent], sent == len(parts) - 1)
+            sent += 1
+            continue
+        assert engine.has_work()
+        for out in engine.step():
+            assert out.error is None, out.error
+            codes += out.token_ids
+            if out.finished:
+                return codes
+
+
+@pytest.mark.parametrize(("chat", "media"), [(TEXT_CHAT, {}), (AUDIO_CHAT, {"audio": [sine()]})])
+def test_seeded_codes_equal_transformers(talker, hf3, chat, media):
+    ref = reference(hf3, chat, sample=True, **media)
+    assert drive(talker, chunks(ref, 1), SAMPLED) == ref["codes"]
+    greedy = reference(hf3, chat, sample=False, **media)
+    assert drive(talker, chunks(greedy, 1), GREEDY) == greedy["codes"] != ref["codes"]
+
+
+def test_a_reply_fed_token_by_token_gives_the_same_codes(talker, hf3):
+    ref = reference(hf3, TEXT_CHAT, sample=False)
+    assert drive(talker, chunks(ref, THINKER_TOKENS), GREEDY) == ref["codes"]
+
+
+@pytest.mark.parametrize("eos_at", [3, THINKER_TOKENS - 1])
+def test_the_thinkers_eos_places_the_tts_eos_as_transformers(talker, hf3, eos_at):
+    ref = reference(hf3, TEXT_CHAT, sample=False, eos_at=eos_at)
+    assert ref["reply"][eos_at] == IM_END
+    assert drive(talker, chunks(ref, 3), GREEDY) == ref["codes"]
+    plain = reference(hf3, TEXT_CHAT, sample=False)
+    assert eos_at == THINKER_TOKENS - 1 or plain["codes"] != ref["codes"]
+
+
+def test_an_unknown_voice_and_a_bad_input_are_request_errors(talker):
+    from omni_core import RequestError
+
+    bad = SamplingParams(temperature=0.0, extra={"voice": "Nobody"})
+    request = SimpleNamespace(request_id="v", prompt={}, params=bad, streaming_input=False)
+    with pytest.raises(RequestError, match=r"'Nobody'.*aiden, chelsie, ethan"):
+        talker.add(request)
+    request = SimpleNamespace(
+        request_id="b", prompt=[1, 2], params=GREEDY, streaming_input=False, stream_outputs=True
+    )
+    with pytest.raises(RequestError, match="qwen3-omni-talker"):
+        talker.add(request)
