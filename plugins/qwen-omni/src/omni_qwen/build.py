@@ -107,17 +107,19 @@ _SYLLABLES = (
 ).split()
 
 
-def corpus() -> list[str]:
-    """A deterministic corpus (an LCG, no global RNG): English words, made-up words, digits and
-    punctuation, so byte-level BPE reaches :data:`BPE_VOCAB` entries."""
-    x = 20251203
+def corpus(words_list: tuple[str, ...] | list[str] = (), seed: int = 20251203) -> list[str]:
+    """A deterministic corpus (an LCG, no global RNG): English words (``words_list``, default
+    this builder's), made-up words, digits and punctuation, so byte-level BPE reaches
+    :data:`BPE_VOCAB` entries. Also omni-qwen3's builder's, with its own words and seed."""
+    vocabulary = list(words_list) or _WORDS
+    x = seed
     lines = []
     for i in range(6000):
         words = []
         for _ in range(4 + i % 13):
             x = (1103515245 * x + 12345) % (2**31)
             if x % 3:
-                words.append(_WORDS[(x >> 4) % len(_WORDS)])
+                words.append(vocabulary[(x >> 4) % len(vocabulary)])
             else:
                 n = 1 + (x >> 8) % 4
                 word = "".join(_SYLLABLES[(x >> (10 + 3 * k)) % len(_SYLLABLES)] for k in range(n))
@@ -129,18 +131,6 @@ def corpus() -> list[str]:
 
 
 def build_tokenizer() -> Any:
-    from transformers import Qwen2TokenizerFast
-
-    from omni_core.extend import train_qwen2_bpe
-
-    tok = train_qwen2_bpe(corpus(), BPE_VOCAB)
-    if tok.get_vocab_size() != BPE_VOCAB:
-        raise RuntimeError(f"BPE vocab is {tok.get_vocab_size()} entries, not {BPE_VOCAB}")
-    fillers = tuple(
-        f"<|extra_{i}|>"
-        for i in range(VOCAB - BPE_VOCAB - len(SPECIAL_TOKENS + TTS_TOKENS + SPEAKER_TOKENS))
-    )
-    tok.add_special_tokens(list(SPECIAL_TOKENS + TTS_TOKENS + SPEAKER_TOKENS + fillers))
     extra = {
         "audio_token": "<|AUDIO|>",
         "audio_bos_token": "<|audio_bos|>",
@@ -150,6 +140,22 @@ def build_tokenizer() -> Any:
         "vision_bos_token": "<|vision_bos|>",
         "vision_eos_token": "<|vision_eos|>",
     }
+    return qwen_tokenizer(corpus(), SPECIAL_TOKENS + TTS_TOKENS + SPEAKER_TOKENS, extra)
+
+
+def qwen_tokenizer(lines: list[str], added: tuple[str, ...], extra: dict[str, str]) -> Any:
+    """A Qwen2 tokenizer of :data:`VOCAB` tokens: byte-level BPE of :data:`BPE_VOCAB` entries
+    trained on ``lines``, the ``added`` special tokens from id :data:`BPE_VOCAB` on in order, then
+    fillers (``extra``: the named special tokens). Also omni-qwen3's builder's."""
+    from transformers import Qwen2TokenizerFast
+
+    from omni_core.extend import train_qwen2_bpe
+
+    tok = train_qwen2_bpe(lines, BPE_VOCAB)
+    if tok.get_vocab_size() != BPE_VOCAB:
+        raise RuntimeError(f"BPE vocab is {tok.get_vocab_size()} entries, not {BPE_VOCAB}")
+    fillers = tuple(f"<|extra_{i}|>" for i in range(VOCAB - BPE_VOCAB - len(added)))
+    tok.add_special_tokens(list(added + fillers))
     tokenizer = Qwen2TokenizerFast(
         tokenizer_object=tok,
         eos_token="<|im_end|>",

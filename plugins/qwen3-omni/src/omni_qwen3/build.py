@@ -123,43 +123,13 @@ _WORDS = (
     "question tell describe colour sound tone sine wave second expert router mixture code "
     "assistant user system model tiny random omni qwen thinker talker predictor codec wav"
 ).split()
-_SYLLABLES = (
-    "ba be bi bo bu ka ke ki ko ku la le li lo lu ma me mi mo mu na ne ni no nu ra re ri ro ru "
-    "sa se si so su ta te ti to tu va ve vi vo vu za ze zi zo zu an en in on un ar er ir or ur "
-    "st tr pl gr th sh ch qu"
-).split()
-
-
-def corpus() -> list[str]:
-    """A deterministic corpus (an LCG, no global RNG): words, made-up words, digits and
-    punctuation, so byte-level BPE reaches :data:`BPE_VOCAB` entries."""
-    x = 20261204
-    lines = []
-    for i in range(6000):
-        words = []
-        for _ in range(4 + i % 13):
-            x = (1103515245 * x + 12345) % (2**31)
-            if x % 3:
-                words.append(_WORDS[(x >> 4) % len(_WORDS)])
-            else:
-                n = 1 + (x >> 8) % 4
-                word = "".join(_SYLLABLES[(x >> (10 + 3 * k)) % len(_SYLLABLES)] for k in range(n))
-                words.append(word.capitalize() if (x >> 20) % 5 == 0 else word)
-        lines.append(" ".join(words) + ".,;:!?"[i % 6] + (f" {i}" if i % 4 == 0 else ""))
-    lines.append("ABCDEFGHIJKLMNOPQRSTUVWXYZ abcdefghijklmnopqrstuvwxyz 0123456789 .,;:!?'\"()-")
-    return lines
 
 
 def build_tokenizer() -> Any:
-    from transformers import Qwen2TokenizerFast
+    """omni-qwen's tokenizer recipe (:func:`omni_qwen.build.qwen_tokenizer`) on this builder's
+    corpus (its own words and seed) with the Qwen3-Omni added tokens."""
+    from omni_qwen.build import corpus, qwen_tokenizer
 
-    from omni_core.extend import train_qwen2_bpe
-
-    tok = train_qwen2_bpe(corpus(), BPE_VOCAB)
-    if tok.get_vocab_size() != BPE_VOCAB:
-        raise RuntimeError(f"BPE vocab is {tok.get_vocab_size()} entries, not {BPE_VOCAB}")
-    fillers = tuple(f"<|extra_{i}|>" for i in range(VOCAB - BPE_VOCAB - len(SPECIAL_TOKENS)))
-    tok.add_special_tokens(list(SPECIAL_TOKENS + fillers))
     extra = {
         "audio_token": "<|audio_pad|>",
         "audio_bos_token": "<|audio_start|>",
@@ -169,17 +139,7 @@ def build_tokenizer() -> Any:
         "vision_bos_token": "<|vision_start|>",
         "vision_eos_token": "<|vision_end|>",
     }
-    tokenizer = Qwen2TokenizerFast(
-        tokenizer_object=tok,
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        extra_special_tokens=extra,
-        model_max_length=32768,
-        clean_up_tokenization_spaces=False,
-    )
-    if len(tokenizer) != VOCAB:
-        raise RuntimeError(f"tokenizer has {len(tokenizer)} tokens, not {VOCAB}")
-    return tokenizer
+    return qwen_tokenizer(corpus(_WORDS, seed=20261204), SPECIAL_TOKENS, extra)
 
 
 def _rope(head_dim: int) -> dict[str, Any]:
