@@ -175,7 +175,7 @@ class Token2WavEngine(TorchStageEngine):
             seed = secrets.randbits(63)
             logger.debug("request %s: token2wav seed %d", rid, seed)
         state = _Utterance(seed=seed, speaker=self.speakers[voice])
-        if _streamed(params.extra):
+        if audio_streamed(params.extra):
             state.decoder = StreamDecoder(self.chunker, seed, state.speaker)
         self._extend(rid, state, request.prompt)
         state.final = not request.streaming_input
@@ -423,16 +423,17 @@ def build(config: dict[str, Any]) -> Token2WavEngine:
     return Token2WavEngine(config)
 
 
-def _streamed(extra: dict[str, Any]) -> bool:
+def audio_streamed(extra: dict[str, Any], stage: str = "token2wav") -> bool:
     """Whether a request asks for streamed audio: the generic audio option
     ``extra[AUDIO_OPTIONS]["stream"]`` (:mod:`omni_core.media`; ``omni serve`` sets it for a
-    streamed chat asking for audio), or this stage's own ``extra["audio_stream"]``."""
+    streamed chat asking for audio), or this stage's own ``extra["audio_stream"]``. ``stage``
+    names the stage in the errors (omni-qwen3's code2wav reads the same options)."""
     from omni_core.extend import AUDIO_OPTIONS
 
     generic = extra.get(AUDIO_OPTIONS, {})
     if not isinstance(generic, dict):
         raise RequestError(
-            f"token2wav: sampling_params.extra.{AUDIO_OPTIONS} must be an object, not {generic!r}",
+            f"{stage}: sampling_params.extra.{AUDIO_OPTIONS} must be an object, not {generic!r}",
             param=AUDIO_OPTIONS,
         )
     for name, value in (
@@ -441,7 +442,7 @@ def _streamed(extra: dict[str, Any]) -> bool:
     ):
         if not isinstance(value, bool):
             raise RequestError(
-                f"token2wav: sampling_params.extra.{name} must be true or false, not {value!r}",
+                f"{stage}: sampling_params.extra.{name} must be true or false, not {value!r}",
                 param=name,
             )
     return bool(generic.get("stream", False) or extra.get("audio_stream", False))

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from omni_qwen.checkpoint import local_checkpoint
+from omni_qwen.token2wav import audio_streamed
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from omni_core import ConfigError, RequestError, StageOutput
@@ -86,7 +87,7 @@ class Code2WavEngine(TorchStageEngine):
         self.requests: dict[str, _Utterance] = {}
 
     def add(self, request: Any) -> None:
-        state = _Utterance(stream=streamed(request.params.extra))
+        state = _Utterance(stream=audio_streamed(request.params.extra, stage="code2wav"))
         self._extend(request.request_id, state, request.prompt)
         state.final = not request.streaming_input
         self.requests[request.request_id] = state
@@ -179,29 +180,6 @@ class Code2WavEngine(TorchStageEngine):
                     f"{len(state.codes) + i} is outside [0, {self.codebook})"
                 )
         state.codes.extend(prompt)
-
-
-def streamed(extra: dict[str, Any]) -> bool:
-    """Whether a request asks for streamed audio: the generic ``extra[AUDIO_OPTIONS]["stream"]``
-    or ``extra["audio_stream"]`` (as omni-qwen's token2wav reads them)."""
-    from omni_core.extend import AUDIO_OPTIONS
-
-    generic = extra.get(AUDIO_OPTIONS, {})
-    if not isinstance(generic, dict):
-        raise RequestError(
-            f"code2wav: sampling_params.extra.{AUDIO_OPTIONS} must be an object, not {generic!r}",
-            param=AUDIO_OPTIONS,
-        )
-    for name, value in (
-        (f"{AUDIO_OPTIONS}.stream", generic.get("stream", False)),
-        ("audio_stream", extra.get("audio_stream", False)),
-    ):
-        if not isinstance(value, bool):
-            raise RequestError(
-                f"code2wav: sampling_params.extra.{name} must be true or false, not {value!r}",
-                param=name,
-            )
-    return bool(generic.get("stream", False) or extra.get("audio_stream", False))
 
 
 def build(config: dict[str, Any]) -> Code2WavEngine:
