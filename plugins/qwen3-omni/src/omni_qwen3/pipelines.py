@@ -13,8 +13,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from omni_qwen import compat
-
 from omni_core import PipelineConfig
 from omni_qwen3.build import ACCEPT_LAYER  # tiny-qwen3-omni's (the real model's: 24)
 
@@ -34,18 +32,13 @@ def thinker_engine_args(model: str = TINY_MODEL, hidden_layer: int | None = None
     talker's ``accept_hidden_layer``) the stage emits, per token, the LM input embeddings and
     transformers' ``hidden_states[hidden_layer]`` (the core's ``layer:K``, from vLLM's auxiliary
     hidden-state outputs), which needs every prompt position computed: prefix caching off.
+    The rest is omni-qwen's Qwen2.5-Omni thinker's (its shim's directory on ``PYTHONPATH``).
     """
-    env = {"PYTHONPATH": compat.pythonpath_entry()} if compat.needed() else {}
-    args: dict[str, Any] = {
-        "model": model,
-        "max_model_len": 512,
-        "dtype": "float32",
-        "env": env,
-        "engine": {"limit_mm_per_prompt": {"audio": 1, "image": 1, "video": 0}},
-    }
-    if hidden_layer is None:
-        args["engine"]["enable_prefix_caching"] = True
-    else:
+    from omni_qwen.pipelines import thinker_engine_args as qwen_thinker_args
+
+    # omni-qwen's thinker args (its shim on PYTHONPATH, the same limits), another layer kept
+    args = qwen_thinker_args(model, hidden_states=hidden_layer is not None)
+    if hidden_layer is not None:
         args["hidden_states"] = {"layers": ["embeddings", f"layer:{hidden_layer}"]}
     return args
 
