@@ -200,10 +200,13 @@ def create_app(
         engine.stage_params(params)  # RequestError (a 400) before anything starts
         return params
 
-    def with_vllm_extras(body: Any, overrides: dict[str, Any]) -> dict[str, Any]:
+    def with_vllm_extras(
+        body: Any, overrides: dict[str, Any], implied: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         """The request's vLLM sampling extras in the first stage's ``extra["vllm"]`` (over its
-        pipeline defaults there); a first stage of another kind cannot honour them: a 400."""
-        extras = body.vllm_extras()
+        pipeline defaults there, and over ``implied``: what its tools imply); a first stage of
+        another kind cannot honour them: a 400."""
+        extras = {**(implied or {}), **body.vllm_extras()}
         if not extras:
             return overrides
         kind = first_stage.config.kind
@@ -316,14 +319,17 @@ def create_app(
         check_modalities(modalities)
         check_prompt_chars(prompt_chars(body.messages), settings.max_prompt_chars, "messages")
         check_as_vllm(body)
-        tools = None
+        tools, implied = None, {}
         if body.tools:
             tokenizer = getattr(renderer, "tokenizer", None)
             tools = ToolCalling.of(
                 body.tools, body.tool_choice, tool_parser, tokenizer, parser_where
             )
+            if tools is not None:
+                implied = await off_loop(tools.vllm_adjustments)
         rendered = await off_loop(renderer.render_chat, body.messages, body.chat_options())
-        params = stage_params(with_vllm_extras(body, body.overrides()), body.request_extra())
+        overrides = with_vllm_extras(body, body.overrides(), implied)
+        params = stage_params(overrides, body.request_extra())
         top = body.num_logprobs()
         reply = AudioReply.of(modalities, body.audio.format if body.audio else "wav")
         # audio alone still runs the text stage: its text is the audio's transcript

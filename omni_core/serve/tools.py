@@ -2,13 +2,14 @@
 
 ``tools`` and ``tool_choice`` (``none`` / ``auto`` / ``required`` / a named function):
 
+- every choice but ``none`` needs the pipeline's tool-call parser (the first stage's
+  ``tool_call_parser``, vLLM's ``--tool-call-parser``; without it a 400, as vLLM 0.32's server).
 - ``required`` and a named function are forced through the vllm stage's structured output (the
   JSON schema vLLM derives from the tools: an array of ``{"name", "parameters"}`` for
   ``required``, the function's ``parameters`` for a named one), so any model, even a random one,
   emits a well-formed call; the answer's JSON becomes the tool calls (vLLM's JSON-based parsing).
-- ``auto`` needs the pipeline's tool-call parser (the first stage's ``tool_call_parser``, vLLM's
-  ``--tool-call-parser``): vLLM's own parser class reads the calls out of the answer, whole or
-  delta by delta, in a worker thread (never on the event loop).
+- ``auto``: vLLM's own parser class reads the calls out of the answer, whole or delta by delta,
+  in a worker thread (never on the event loop).
 - ``none``: no calls are parsed (the tools still reach the chat template, as in vLLM).
 
 finish_reason is ``tool_calls`` when ``auto`` or ``required`` called a tool, ``stop`` for a
@@ -189,19 +190,24 @@ class ToolCalling:
         tokenizer: Any,
         parser_name: str,
     ) -> ToolCalling | None:
-        """None when the request has no tools; ``auto`` without a parser is vLLM's 400."""
+        """None when the request has no tools; a tool choice other than ``none`` without a
+        parser is a 400, as on vLLM 0.32's server without ``--tool-call-parser``."""
         tools, choice = check_tools(tools, choice)
         if not tools:
             return None
-        if choice == "auto" and parser is None:
+        if choice != "none" and parser is None:
+            what = (
+                f'function "{choice.function.name}"'
+                if isinstance(choice, NamedToolChoice)
+                else f'"{choice}"'
+            )
             raise ApiError(
                 400,
-                "'tool_choice': \"auto\" tool choice needs a tool-call parser: set "
-                f"engine_args.tool_call_parser of the pipeline's first stage ({parser_name}); "
-                "'required' and a named function need none",
+                f"'tool_choice': tool_choice={what} needs a tool-call parser: set "
+                f"engine_args.tool_call_parser of the pipeline's first stage ({parser_name})",
                 param="tool_choice",
             )
-        return cls(tools, choice, parser if choice == "auto" else None, tokenizer)
+        return cls(tools, choice, parser, tokenizer)
 
     @property
     def named(self) -> str | None:
@@ -220,6 +226,18 @@ class ToolCalling:
             )
         return self.vllm_request
 
+    def vllm_adjustments(self) -> dict[str, Any]:
+        """The sampling fields vLLM's parser changes in a request whose answer it reads (its
+        ``adjust_request``: hermes keeps special tokens, its markers may be special ones);
+        blocking."""
+        if self.parser is None or self.choice == "none":
+            return {}
+        request = self._request()
+        before = request.skip_special_tokens
+        adjusted = self.parser(self.tokenizer, request.tools).adjust_request(request.model_copy())
+        after = adjusted.skip_special_tokens
+        return {} if after == before else {"skip_special_tokens": after}
+
     def whole(self, text: str) -> tuple[str | None, list[dict[str, Any]]]:
         """A whole answer's content and tool calls (OpenAI's shapes); blocking."""
         if self.choice == "none":
@@ -230,7 +248,7 @@ class ToolCalling:
             return "", [_call(self.named, text)]
         if self.choice == "required":
             return "", [_call(c["name"], json.dumps(c["parameters"])) for c in _required(text)]
-        assert self.parser is not None
+        assert self.parser is not None and self.choice == "auto"
         request = self._request()
         info = self.parser(self.tokenizer, request.tools).extract_tool_calls(text, request)
         if not info.tools_called:
@@ -280,10 +298,8 @@ class ToolStream:
         self.calling = calling
         self.text = ""
         self.called = False
-        self.sent_args = ""
-        self.parser = (
-            calling.parser(calling.tokenizer, None) if calling.parser is not None else None
-        )
+        parser = calling.parser if calling.choice == "auto" else None
+        self.parser = parser(calling.tokenizer, None) if parser is not None else None
 
     async def delta(self, text: str, token_ids: list[int]) -> dict[str, Any]:
         previous, self.text = self.text, self.text + text
@@ -316,8 +332,6 @@ class ToolStream:
         out = {k: v for k, v in out.items() if k in ("content", "tool_calls") and v}
         if out.get("tool_calls"):
             self.called = True
-            for call in out["tool_calls"]:
-                self.sent_args += (call.get("function") or {}).get("arguments") or ""
         return out
 
     async def finish(self) -> dict[str, Any]:

@@ -150,6 +150,7 @@ def test_auto_reads_calls_with_vllms_parser_whole_and_streamed():
     assert json.loads(calls[0]["function"]["arguments"]) == {"city": "Rome"}
     assert calling.finish_reason("stop", True) == "tool_calls"
     assert calling.whole("no call here") == ("no call here", [])
+    assert calling.vllm_adjustments() == {"skip_special_tokens": False}  # hermes' adjust_request
 
     async def streamed():
         stream = calling.streamer()

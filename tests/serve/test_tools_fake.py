@@ -42,7 +42,15 @@ def chat(base: str, **body) -> httpx.Response:
     [
         ({"tools": TOOLS}, "tool_choice", "tool_call_parser"),  # default "auto": needs a parser
         ({"tools": TOOLS, "tool_choice": "auto"}, "tool_choice", "tool_call_parser"),
-        ({"tools": TOOLS, "tool_choice": "required"}, "tool_choice", "'scripted'"),
+        ({"tools": TOOLS, "tool_choice": "required"}, "tool_choice", "tool_call_parser"),
+        (
+            {
+                "tools": TOOLS,
+                "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+            },
+            "tool_choice",
+            "tool_call_parser",
+        ),
         (
             {"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}},
             "tool_choice",
