@@ -322,28 +322,52 @@ def randomize(model: Any) -> None:
     prompt (with the default std 0.02 it falls into a short cycle at once)."""
     import torch
 
-    gen = torch.Generator().manual_seed(SEED)
     scales = (
         ("thinker.lm_head.", 0.4),
         ("thinker.model.", 0.2),
         ("thinker.audio_tower.", 0.1),
         ("thinker.visual.", 0.1),
     )
+    redraw(model, scales)
     with torch.no_grad():
-        for name, param in model.named_parameters():  # registration order: deterministic
-            if param.dim() < 2:
-                continue
-            std = next((s for prefix, s in scales if name.startswith(prefix)), None)
-            if std is not None:
-                param.copy_(torch.randn(param.shape, generator=gen) * std)
         model.talker.codec_head.weight.mul_(10.0)
         # BigVGAN's last layer (conv_post: linear, no bias, then a clamp to [-1, 1]) scaled so the
         # random vocoder is audible: its output peaks at ~4.4e-7 otherwise (~0.44 after)
         model.token2wav.code2wav_bigvgan_model.conv_post.weight.mul_(VOICE_GAIN)
 
 
+def redraw(model: Any, scales: tuple[tuple[str, float], ...], seed: int = SEED) -> None:
+    """Re-draw every matrix (>= 2-D parameter) whose name starts with a prefix of ``scales``
+    from ``N(0, std)`` of one generator seeded with ``seed``, in registration order
+    (deterministic). Also omni-qwen3's builder's."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if param.dim() < 2:
+                continue
+            std = next((s for prefix, s in scales if name.startswith(prefix)), None)
+            if std is not None:
+                param.copy_(torch.randn(param.shape, generator=gen) * std)
+
+
+def whisper_features() -> Any:
+    """The audio feature extractor of both Qwen omni families (128 mel bins, 16 kHz, 30 s)."""
+    from transformers import WhisperFeatureExtractor
+
+    return WhisperFeatureExtractor(
+        feature_size=128,
+        sampling_rate=16000,
+        hop_length=160,
+        chunk_length=300,
+        n_fft=400,
+        return_attention_mask=True,
+    )
+
+
 def build_processor(tokenizer: Any) -> Any:
-    from transformers import Qwen2_5OmniProcessor, WhisperFeatureExtractor
+    from transformers import Qwen2_5OmniProcessor
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
         Qwen2VLImageProcessorPil,
     )
@@ -354,14 +378,7 @@ def build_processor(tokenizer: Any) -> Any:
     video = compat.stub_video_processor_class()(
         size={"shortest_edge": 56 * 56, "longest_edge": 64 * 28 * 28}
     )
-    features = WhisperFeatureExtractor(
-        feature_size=128,
-        sampling_rate=16000,
-        hop_length=160,
-        chunk_length=300,
-        n_fft=400,
-        return_attention_mask=True,
-    )
+    features = whisper_features()
     return Qwen2_5OmniProcessor(
         image_processor=image,
         video_processor=video,

@@ -351,8 +351,8 @@ def randomize(model: Any) -> None:
     """Re-draw every matrix (routers included) from a seeded generator at scales where greedy
     output depends on the prompt; the last code2wav conv is scaled below the final clamp."""
     import torch
+    from omni_qwen.build import redraw
 
-    gen = torch.Generator().manual_seed(SEED)
     scales = (
         ("thinker.lm_head.", 0.4),
         ("thinker.model.", 0.2),
@@ -361,20 +361,16 @@ def randomize(model: Any) -> None:
         ("talker.", 0.2),
         ("code2wav.", 0.1),
     )
+    redraw(model, scales, SEED)
     with torch.no_grad():
-        for name, param in model.named_parameters():  # registration order: deterministic
-            if param.dim() < 2:
-                continue
-            std = next((s for prefix, s in scales if name.startswith(prefix)), None)
-            if std is not None:
-                param.copy_(torch.randn(param.shape, generator=gen) * std)
         last = model.code2wav.decoder[-1]
         weight = last.conv.weight if hasattr(last, "conv") else last.weight
         weight.mul_(0.05)  # the random decoder saturates clamp(-1, 1) otherwise
 
 
 def build_processor(tokenizer: Any) -> Any:
-    from transformers import Qwen3OmniMoeProcessor, WhisperFeatureExtractor
+    from omni_qwen.build import whisper_features
+    from transformers import Qwen3OmniMoeProcessor
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
         Qwen2VLImageProcessorPil,
     )
@@ -391,14 +387,7 @@ def build_processor(tokenizer: Any) -> Any:
     video = compat.stub_video_processor_class()(
         patch_size=16, size={"shortest_edge": 64 * 64, "longest_edge": 128 * 32 * 32}
     )
-    features = WhisperFeatureExtractor(
-        feature_size=128,
-        sampling_rate=16000,
-        hop_length=160,
-        chunk_length=300,
-        n_fft=400,
-        return_attention_mask=True,
-    )
+    features = whisper_features()
     return Qwen3OmniMoeProcessor(
         image_processor=image,
         video_processor=video,
