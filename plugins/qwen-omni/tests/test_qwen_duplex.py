@@ -9,7 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
+import subprocess
+import sys
 import threading
+import wave
+from pathlib import Path
 from typing import Any
 
 import openai
@@ -62,7 +67,7 @@ def served(tiny_qwen, qwen_cache):
     settings = OmniSettings(cache_dir=qwen_cache, startup_timeout_s=600.0, shutdown_timeout_s=5)
     with running_server(duplex_pipeline(), settings=settings, entry_points=True) as (base, eng, _):
         client = openai.OpenAI(base_url=f"{base}/v1", api_key="x", max_retries=0, timeout=300)
-        yield client, eng, Recorder(eng.orchestrator.sessions.model)
+        yield client, eng, Recorder(eng.orchestrator.sessions.model), base
 
 
 def user(text: str) -> dict[str, Any]:
@@ -85,7 +90,7 @@ def prefilled(engine: Any) -> int:
 
 
 def test_a_spoken_question_reaches_the_thinker_as_audio_and_the_reply_streams(served):
-    client, _, rec = served
+    client, _, rec, _ = served
     with client.realtime.connect(model="qwen2.5-omni-duplex") as conn:
         assert conn.recv().type == "session.created"
         conn.session.update(session={**NO_VAD, "max_output_tokens": 8})
@@ -103,7 +108,7 @@ def test_a_spoken_question_reaches_the_thinker_as_audio_and_the_reply_streams(se
 
 
 def test_cancel_then_truncate_keeps_only_what_was_heard(served):
-    client, _, rec = served
+    client, _, rec, _ = served
     with client.realtime.connect(model="qwen2.5-omni-duplex") as conn:
         conn.recv()
         conn.session.update(session={**NO_VAD, "max_output_tokens": 64})
@@ -135,7 +140,7 @@ def test_cancel_then_truncate_keeps_only_what_was_heard(served):
 def test_fresh_request_per_turn_prefills_the_whole_history(served):
     """The fallback (thinker with hidden states: no resumable request, no prefix caching): each
     turn prefills the whole conversation, so the per-turn prefill grows with the history."""
-    client, engine, rec = served
+    client, engine, rec, _ = served
     per_turn, prompt_lens = [], []
     with client.realtime.connect(model="qwen2.5-omni-duplex") as conn:
         conn.recv()
@@ -153,7 +158,7 @@ def test_fresh_request_per_turn_prefills_the_whole_history(served):
 
 
 def test_a_session_past_the_context_cap_gets_an_error_and_others_are_served(served):
-    client, _, _ = served
+    client, _, _, _ = served
     with client.realtime.connect(model="qwen2.5-omni-duplex") as conn:
         conn.recv()
         conn.session.update(session={**NO_VAD, "max_output_tokens": 4})
@@ -179,7 +184,7 @@ def test_a_barge_in_stops_the_thinker_within_a_few_decode_steps(served, monkeypa
     (every thinker output the session received is counted, dropped ones included)."""
     from omni_duplex.session import SessionRunner
 
-    client, engine, _ = served
+    client, engine, _, _ = served
     log: list[tuple[str, int]] = []
     on_output, cancel = SessionRunner._on_output, SessionRunner._cancel
 
@@ -216,3 +221,23 @@ def test_a_barge_in_stops_the_thinker_within_a_few_decode_steps(served, monkeypa
 def unfinished(engine: Any) -> int:
     (state,) = asyncio.run(engine.collective_rpc("get_state", stage_ids=[0]))
     return int(state["unfinished"])
+
+
+def test_omni_duplex_talk_over_url(served, tmp_path):
+    """``omni duplex talk`` streams a spoken clip to ``omni serve qwen2.5-omni-duplex`` (server
+    VAD) and writes the spoken reply and the timeline."""
+    base = served[3]
+    url = base.replace("http://", "ws://") + "/v1/realtime"
+    wav = CLIP_DIR / "speech_question.wav"
+    cmd = [sys.executable, "-m", "omni_core.cli", "duplex", "talk", str(wav), "--url", url]
+    options = ["--max-output-tokens", "8", "--silence-ms", "200", "--out", str(tmp_path)]
+    result = subprocess.run(cmd + options, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    reply, timeline = (Path(p) for p in result.stdout.strip().splitlines()[-2:])
+    with wave.open(str(reply)) as w:
+        assert w.getframerate() == 24_000 and w.getnframes() > 0
+    events = [json.loads(line)["event"] for line in timeline.read_text().splitlines()]
+    kinds = [e["type"] for e in events]
+    assert "input_audio_buffer.speech_started" in kinds and "response.output_audio.delta" in kinds
+    statuses = [e["response"]["status"] for e in events if e["type"] == "response.done"]
+    assert statuses and statuses[0] == "completed"
