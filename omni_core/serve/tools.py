@@ -77,10 +77,13 @@ def check_tools(
         params = tool.function.parameters
         if params is None:
             continue
+        where = f"tools[{i}].function.parameters"
+        dialect = params.get("$schema")
+        if dialect is not None and not isinstance(dialect, str):
+            raise ApiError(400, f"'{where}.$schema' must be a string", param="tools")
         try:
             validator_for(params).check_schema(params)
         except SchemaError as exc:
-            where = f"tools[{i}].function.parameters"
             raise ApiError(
                 400, f"'{where}': not a valid JSON schema: {exc.message}", param="tools"
             ) from None

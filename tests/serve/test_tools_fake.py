@@ -69,6 +69,11 @@ def chat(base: str, **body) -> httpx.Response:
         ),
         ({"tools": [{"type": "function", "function": {"name": "a b"}}]}, "tools", "tools[0]"),
         (
+            {"tools": [{"function": {"name": "f", "parameters": {"$schema": []}}}]},
+            "tools",
+            "tools[0].function.parameters.$schema",
+        ),
+        (
             {"messages": [*HI, {"role": "tool", "content": "sunny"}]},
             "messages",
             "tool_call_id",
