@@ -22,7 +22,13 @@ from pydantic import (
 from omni_core.chat import ChatMessage, ChatOptions
 from omni_core.sampling import VLLM_SAMPLING_EXTRAS
 from omni_core.serve.errors import ApiError
-from omni_core.serve.tools import ToolChoice, ToolDef, check_tools, forced_schema
+from omni_core.serve.tools import (
+    ToolChoice,
+    ToolDef,
+    check_tools,
+    effective_choice,
+    forced_schema,
+)
 
 # Fields OpenAI defines that change what a response means and that omni-core does not implement:
 # a 400 naming the field rather than a silently different answer.
@@ -312,7 +318,7 @@ class ChatCompletionRequest(_Sampling):
         return self
 
     def effective_tool_choice(self) -> ToolChoice:
-        return check_tools(self.tools, self.tool_choice)[1]
+        return effective_choice(self.tools, self.tool_choice)
 
     def forced_tool_schema(self) -> dict[str, Any] | None:
         if not self.tools:

@@ -87,8 +87,7 @@ def check_tools(
             raise ApiError(
                 400, f"'{where}': not a valid JSON schema: {exc.message}", param="tools"
             ) from None
-    if choice is None:
-        choice = "auto" if tools else "none"
+    choice = effective_choice(tools, choice)
     if choice != "none" and not tools:
         raise ApiError(
             400, "'tool_choice': a tool choice other than 'none' needs 'tools'", param="tool_choice"
@@ -103,6 +102,13 @@ def check_tools(
                 param="tool_choice",
             )
     return tools, choice
+
+
+def effective_choice(tools: list[ToolDef] | None, choice: ToolChoice | None) -> ToolChoice:
+    """``tool_choice`` as given, else vLLM's default: ``auto`` with tools, ``none`` without."""
+    if choice is None:
+        return "auto" if tools else "none"
+    return choice
 
 
 def _params_or_empty(params: dict[str, Any] | None) -> dict[str, Any]:
@@ -193,11 +199,12 @@ class ToolCalling:
         tokenizer: Any,
         parser_name: str,
     ) -> ToolCalling | None:
-        """None when the request has no tools; a tool choice other than ``none`` without a
-        parser is a 400, as on vLLM 0.32's server without ``--tool-call-parser``."""
-        tools, choice = check_tools(tools, choice)
+        """None when the request has no tools (checked by :func:`check_tools` when parsed); a
+        tool choice other than ``none`` without a parser is a 400, as on vLLM 0.32's server
+        without ``--tool-call-parser``."""
         if not tools:
             return None
+        choice = effective_choice(tools, choice)
         if choice != "none" and parser is None:
             what = (
                 f'function "{choice.function.name}"'
