@@ -11,6 +11,11 @@ speech), **underruns** (audio chunks arriving after the previous audio, played f
 real time, ran out). p50/p99 over the requests of a concurrency level. The talker is forced to
 ``--codes`` codes (its ``max_tokens``; the tiny random talker never stops by itself), the thinker
 to 16 tokens; greedy, token2wav seeded.
+
+``--throughput [C ...]``: requests/s of whole-utterance requests at each concurrency C (C at
+once, ``--runs`` rounds, requests/s = C / the round's wall time) with the talker batching its
+decode steps (``options.max_batch``, the default) and without (``max_batch: 1``: a forward per
+request, as before issue 27 item 6): two engines, their rounds alternated, the same load for both.
 """
 
 from __future__ import annotations
@@ -81,20 +86,61 @@ async def level(engine: Any, codes: int, stream: bool, concurrency: int) -> list
     return list(await asyncio.gather(*(one(engine, codes, stream) for _ in range(concurrency))))
 
 
-def pipeline(first_chunk: list[int] | None, lookahead: bool = False) -> Any:
-    """``qwen2.5-omni`` on the tiny checkpoint, its token2wav's first chunk as given."""
+def pipeline(
+    first_chunk: list[int] | None, lookahead: bool = False, max_batch: int | None = None
+) -> Any:
+    """``qwen2.5-omni`` on the tiny checkpoint, its token2wav's first chunk and its talker's
+    ``max_batch`` as given."""
     from omni_core import PipelineConfig
 
     config = omni_pipeline(TINY_MODEL)
     stream: dict[str, Any] = {"first_lookahead": True} if lookahead else {}
     if first_chunk:
         stream.update(first_chunk_frames=first_chunk[0], first_right_context=first_chunk[1])
-    if not stream:
+    if not stream and max_batch is None:
         return config
     data = config.model_dump(exclude_unset=True)
-    (t2w,) = [s for s in data["stages"] if s["name"] == "token2wav"]
-    t2w["engine_args"]["options"] = {"stream": stream}
+    stages = {s["name"]: s for s in data["stages"]}
+    if stream:
+        stages["token2wav"]["engine_args"]["options"] = {"stream": stream}
+    if max_batch is not None:
+        options = stages["talker"]["engine_args"].setdefault("options", {})
+        options["max_batch"] = max_batch
     return PipelineConfig.from_dict(data, source=config.source)
+
+
+async def rate(engine: Any, codes: int, concurrency: int) -> float:
+    """Requests/s of one round: ``concurrency`` whole-utterance requests at once."""
+    start = time.perf_counter()
+    await level(engine, codes, False, concurrency)
+    return concurrency / (time.perf_counter() - start)
+
+
+def throughput(codes: int, levels: list[int], runs: int) -> None:
+    """Requests/s with and without talker batching, the two engines' rounds alternated."""
+    from omni_core import AsyncOmniEngine, OmniSettings
+
+    modes = {"one forward per request (max_batch 1)": 1, "batched (default)": None}
+    engines = {
+        name: AsyncOmniEngine(pipeline(None, max_batch=n), settings=OmniSettings())
+        for name, n in modes.items()
+    }
+    try:
+        for engine in engines.values():
+            asyncio.run(level(engine, 24, False, 2))  # warm-up
+        print("| talker | C | requests/s (median of rounds) | rounds |")
+        print("|---|---|---|---|")
+        for c in levels:
+            got: dict[str, list[float]] = {name: [] for name in engines}
+            for _ in range(runs):
+                for name, engine in engines.items():
+                    got[name].append(asyncio.run(rate(engine, codes, c)))
+            for name, rates in got.items():
+                shown = ", ".join(f"{r:.2f}" for r in rates)
+                print(f"| {name} | {c} | {statistics.median(rates):.2f} | {shown} |", flush=True)
+    finally:
+        for engine in engines.values():
+            engine.shutdown()
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -106,7 +152,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs", type=int, default=1, help="rounds per level (C=1: requests)")
     parser.add_argument("--first-chunk", type=int, nargs=2, metavar=("CODES", "RIGHT"))
     parser.add_argument("--lookahead", action="store_true", help="options.stream.first_lookahead")
+    parser.add_argument(
+        "--throughput",
+        type=int,
+        nargs="*",
+        metavar="C",
+        help="requests/s at these concurrencies (default 8 16), talker batched vs not",
+    )
     args = parser.parse_args(argv)
+    if args.throughput is not None:
+        throughput(args.codes, args.throughput or [8, 16], args.runs)
+        return
     engine = AsyncOmniEngine(pipeline(args.first_chunk, args.lookahead), settings=OmniSettings())
     try:
         asyncio.run(level(engine, 24, True, 1))  # warm-up

@@ -38,8 +38,13 @@ talker). The codec bos is suppressed; the talker stops at a codec pad or end cod
 ``params.extra["voice"]``: a speaker of ``spk_dict.pt`` (default ``options.voice``, "Chelsie");
 an unknown one is a 400 naming the available ones.
 
-One decode step per engine step for every request that can step (each request keeps its own KV
-cache; a forward per request, so each request's numbers are exactly transformers' batch-of-one).
+One talker step per engine step for every request that can step; each request keeps its own KV
+cache. Prefills run one forward per request (their lengths differ). **Decode steps are batched**:
+the requests decoding in an engine step (up to ``options.max_batch``) share one forward of one row
+each, their caches left-padded to the longest, an attention mask hiding the padding and each
+request's own 3D rope position; the new cache rows are cut back out per request. Codes are
+transformers' batch-of-one's up to float rounding (a lone request, or ``max_batch: 1``, runs
+exactly the batch-of-one forward).
 """
 
 from __future__ import annotations
@@ -77,6 +82,11 @@ class TalkerOptions(BaseModel):
     max_tokens: int = Field(default=4096, ge=1, description="codes per request when unset")
     dtype: str = Field(default="float32", description="torch dtype of the talker's weights")
     device: str = Field(default="cpu", description="torch device of the talker")
+    max_batch: int = Field(
+        default=64,
+        ge=1,
+        description="decode steps of concurrent requests in one forward (1: a forward each)",
+    )
 
 
 @dataclass
@@ -155,6 +165,9 @@ class TalkerEngine(TorchStageEngine):
             self.codec_bos_embedding, self.codec_pad_embedding = codec(ids)
         self.thinker_eos = token_ids(generation_config(checkpoint).get("eos_token_id"))
         self.image_grid = ImageGrid(checkpoint)
+        layer_types = getattr(tc, "layer_types", None) or ["full_attention"]
+        # left-padded batch caches assume full attention (a sliding layer's cache is cut)
+        self.batch = self.options.max_batch if set(layer_types) == {"full_attention"} else 1
         self.requests: dict[str, _Request] = {}
         logger.info("talker loaded from %s in %.1f s", checkpoint, time.perf_counter() - started)
 
@@ -333,27 +346,49 @@ class TalkerEngine(TorchStageEngine):
         return False
 
     def step(self) -> list[StageOutput]:
-        outputs = []
+        outputs: list[StageOutput] = []
+        ready: list[tuple[_Request, tuple[str, int]]] = []
         for rid, state in list(self.requests.items()):
             try:
-                out = self._step_one(state)
+                plan = self.plan(state)
             except Exception as exc:  # this request's own failure: it ends, the others go on
                 del self.requests[rid]
                 outputs.append(error_output(rid, exc))
                 continue
+            if plan is not None:
+                ready.append((state, plan))
+        decoding = [(s, p) for s, p in ready if s.cache is not None and p[0] != "empty"]
+        codes: dict[str, int] = {}
+        for lo in range(0, len(decoding), self.batch):
+            group = decoding[lo : lo + self.batch]
+            if len(group) > 1:
+                try:
+                    batched = self.forward_batch(group)
+                except Exception:  # each request's own forward then says what is wrong
+                    logger.exception("batched talker step of %d requests", len(group))
+                    continue
+                codes.update(zip([s.rid for s, _ in group], batched, strict=True))
+        for state, plan in ready:
+            try:
+                out = self._step_one(state, plan, codes.get(state.rid))
+            except Exception as exc:  # this request's own failure: it ends, the others go on
+                del self.requests[state.rid]
+                outputs.append(error_output(state.rid, exc))
+                continue
             if out is not None:
                 outputs.append(out)
                 if out.finished:
-                    del self.requests[rid]
+                    del self.requests[state.rid]
         return outputs
 
-    def _step_one(self, state: _Request) -> StageOutput | None:
-        plan = self.plan(state)
-        if plan is None:
-            return None
+    def _step_one(
+        self, state: _Request, plan: tuple[str, int], code: int | None
+    ) -> StageOutput | None:
+        """One request's step: its code from the batched forward, or its own forward."""
         if plan[0] == "empty":
             return self._finish(state, "stop")
-        code = self.forward(state, self.inputs(state, plan))
+        if code is None:
+            code = self.forward(state, self.inputs(state, plan))
         if code in self.stop_codes:
             return self._finish(state, "stop")
         state.codes.append(code)
@@ -396,17 +431,67 @@ class TalkerEngine(TorchStageEngine):
                 use_cache=True,
             )
             state.past = length
-            logits = out.logits[:, -1].to(copy=True, dtype=torch.float32)
-            history = torch.tensor(
-                [[self.codec_mask, self.codec_pad, self.codec_bos, *state.codes]],
-                device=self.device,
+            return self.sample(state, out.logits[:, -1])
+
+    def sample(self, state: _Request, logits: Any) -> int:
+        """The next code of ``state`` from its logits (``[1, vocab]``), as ``generate``."""
+        torch = self.torch
+        logits = logits.to(copy=True, dtype=torch.float32)
+        history = torch.tensor(
+            [[self.codec_mask, self.codec_pad, self.codec_bos, *state.codes]], device=self.device
+        )
+        for processor in state.processors:
+            logits = processor(history, logits)
+        if state.greedy:
+            return int(torch.argmax(logits, dim=-1))
+        probs = torch.nn.functional.softmax(logits, dim=-1)
+        return int(torch.multinomial(probs, num_samples=1, generator=state.generator))
+
+    def forward_batch(self, group: list[tuple[_Request, tuple[str, int]]]) -> list[int]:
+        """One decode row of each request of ``group`` (its state, its planned step; all past
+        their prefill) in one forward: their caches left-padded to the longest into one batch
+        cache, the padding masked out, each row at its own rope position; each request's cache
+        is then its rows of the batch's."""
+        from transformers import DynamicCache
+
+        torch = self.torch
+        states = [s for s, _ in group]
+        pasts = [s.past for s in states]
+        longest = max(pasts)
+        with torch.inference_mode():
+            codec = self.talker.get_input_embeddings()
+            previous = torch.tensor([[s.codes[-1]] for s in states], device=self.device)
+            rows = torch.stack([self.inputs(s, plan) for s, plan in group])
+            inputs = codec(previous) + rows[:, None]
+            positions = torch.tensor(
+                [s.past + s.rope_delta for s in states], dtype=torch.long, device=self.device
+            ).reshape(1, -1, 1)
+            mask = torch.zeros((len(states), longest + 1), dtype=torch.long, device=self.device)
+            for i, past in enumerate(pasts):
+                mask[i, longest - past :] = 1
+            cache = DynamicCache(config=self.talker.config)
+            for index in range(len(states[0].cache.layers)):
+                keys, values = [], []
+                for state, past in zip(states, pasts, strict=True):
+                    layer = state.cache.layers[index]
+                    pad = (0, 0, longest - past, 0)  # left-pad the sequence dimension
+                    keys.append(torch.nn.functional.pad(layer.keys, pad))
+                    values.append(torch.nn.functional.pad(layer.values, pad))
+                cache.update(torch.cat(keys), torch.cat(values), index)
+            out = self.talker(
+                inputs_embeds=inputs,
+                attention_mask=mask,
+                position_ids=positions.expand(3, -1, -1),
+                past_key_values=cache,
+                use_cache=True,
             )
-            for processor in state.processors:
-                logits = processor(history, logits)
-            if state.greedy:
-                return int(torch.argmax(logits, dim=-1))
-            probs = torch.nn.functional.softmax(logits, dim=-1)
-            return int(torch.multinomial(probs, num_samples=1, generator=state.generator))
+            for i, (state, past) in enumerate(zip(states, pasts, strict=True)):
+                for mine, batched in zip(state.cache.layers, cache.layers, strict=True):
+                    mine.keys = batched.keys[i : i + 1, :, longest - past :]
+                    mine.values = batched.values[i : i + 1, :, longest - past :]
+                state.past = past + 1
+            logits = out.logits[:, -1]
+            return [self.sample(state, logits[i : i + 1]) for i, state in enumerate(states)]
 
     def prefill_positions(self, state: _Request, length: int) -> Any:
         """The talker's 3D rope positions over ``[prompt ids, bos_token, gen[0]]`` (and the
