@@ -92,6 +92,14 @@ def chunks(ref: dict[str, Any], pieces: int) -> list[dict[str, Any]]:
     return out
 
 
+def whole(ref: dict[str, Any]) -> list[dict[str, Any]]:
+    """The bridge's one dict on an ``on_finish`` edge: every row and token at once."""
+    return [
+        {"prompt_ids": ref["prompt_ids"], "image_sizes": [], "start": 0}
+        | {"token_ids": ref["reply"], "embeddings": ref["emb"], "hidden": ref["hid"]}
+    ]
+
+
 def drive(engine: Any, parts: list[dict[str, Any]], params: SamplingParams) -> list[int]:
     """Feed the parts (the next whenever the talker waits) and step to the end."""
     rid = f"r{id(parts)}"
@@ -127,9 +135,10 @@ def test_seeded_codes_equal_transformers(talker, hf3, chat, media):
     assert drive(talker, chunks(greedy, 1), GREEDY) == greedy["codes"] != ref["codes"]
 
 
-def test_a_reply_fed_token_by_token_gives_the_same_codes(talker, hf3):
+def test_a_reply_fed_token_by_token_or_at_once_gives_the_same_codes(talker, hf3):
     ref = reference(hf3, TEXT_CHAT, sample=False)
     assert drive(talker, chunks(ref, THINKER_TOKENS), GREEDY) == ref["codes"]
+    assert drive(talker, whole(ref), GREEDY) == ref["codes"]
 
 
 @pytest.mark.parametrize("eos_at", [3, THINKER_TOKENS - 1])
