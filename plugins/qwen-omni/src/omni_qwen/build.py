@@ -62,32 +62,48 @@ SYSTEM_PROMPT = (
     "You are a tiny random stand-in for Qwen, a virtual human that hears and sees, "
     "and answers in text and speech."
 )
-# After Qwen2.5-Omni's template: a default system turn; audio, image and video parts become their
-# placeholders between begin/end markers; an OpenAI ``input_audio`` part counts as audio.
-CHAT_TEMPLATE = (
-    "{% for message in messages %}"
-    "{% if loop.first and message['role'] != 'system' %}"
-    "<|im_start|>system\n" + SYSTEM_PROMPT + "<|im_end|>\n"
-    "{% endif %}"
-    "<|im_start|>{{ message['role'] }}\n"
-    "{% if message['content'] is string %}"
-    "{{ message['content'] }}"
-    "{% else %}"
-    "{% for part in message['content'] %}"
-    "{% if part['type'] in ('audio', 'audio_url', 'input_audio') %}"
-    "<|audio_bos|><|AUDIO|><|audio_eos|>"
-    "{% elif part['type'] in ('image', 'image_url') %}"
-    "<|vision_bos|><|IMAGE|><|vision_eos|>"
-    "{% elif part['type'] in ('video', 'video_url') %}"
-    "<|vision_bos|><|VIDEO|><|vision_eos|>"
-    "{% elif part['type'] == 'text' %}"
-    "{{ part['text'] }}"
-    "{% endif %}"
-    "{% endfor %}"
-    "{% endif %}"
-    "<|im_end|>\n"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+
+
+def chat_template(audio: str, image: str, video: str, system: str | None = None) -> str:
+    """A Qwen omni chat template: ``system`` as the default system turn (None: none); audio,
+    image and video parts become the given placeholders (an OpenAI ``input_audio`` part counts
+    as audio). Also omni-qwen3's builder's (Qwen3-Omni's markers, no default system turn)."""
+    default = (
+        "{% if loop.first and message['role'] != 'system' %}"
+        "<|im_start|>system\n" + system + "<|im_end|>\n"
+        "{% endif %}"
+        if system is not None
+        else ""
+    )
+    return (
+        "{% for message in messages %}" + default + "<|im_start|>{{ message['role'] }}\n"
+        "{% if message['content'] is string %}"
+        "{{ message['content'] }}"
+        "{% else %}"
+        "{% for part in message['content'] %}"
+        "{% if part['type'] in ('audio', 'audio_url', 'input_audio') %}"
+        + audio
+        + "{% elif part['type'] in ('image', 'image_url') %}"
+        + image
+        + "{% elif part['type'] in ('video', 'video_url') %}"
+        + video
+        + "{% elif part['type'] == 'text' %}"
+        "{{ part['text'] }}"
+        "{% endif %}"
+        "{% endfor %}"
+        "{% endif %}"
+        "<|im_end|>\n"
+        "{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+
+
+# After Qwen2.5-Omni's template: a default system turn, placeholders between begin/end markers.
+CHAT_TEMPLATE = chat_template(
+    "<|audio_bos|><|AUDIO|><|audio_eos|>",
+    "<|vision_bos|><|IMAGE|><|vision_eos|>",
+    "<|vision_bos|><|VIDEO|><|vision_eos|>",
+    SYSTEM_PROMPT,
 )
 
 _WORDS = (

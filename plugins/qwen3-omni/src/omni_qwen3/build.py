@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from omni_qwen import compat
+from omni_qwen.build import chat_template
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -89,29 +90,11 @@ def speaker_ids(codebook: int = CODEBOOK) -> dict[str, int]:
     return {name: codebook + 253 + i for i, name in enumerate(SPEAKERS)}
 
 
-# After Qwen3-Omni's template: no default system turn; audio, image and video parts become their
-# placeholders between start/end markers; an OpenAI ``input_audio`` part counts as audio.
-CHAT_TEMPLATE = (
-    "{% for message in messages %}"
-    "<|im_start|>{{ message['role'] }}\n"
-    "{% if message['content'] is string %}"
-    "{{ message['content'] }}"
-    "{% else %}"
-    "{% for part in message['content'] %}"
-    "{% if part['type'] in ('audio', 'audio_url', 'input_audio') %}"
-    "<|audio_start|><|audio_pad|><|audio_end|>"
-    "{% elif part['type'] in ('image', 'image_url') %}"
-    "<|vision_start|><|image_pad|><|vision_end|>"
-    "{% elif part['type'] in ('video', 'video_url') %}"
-    "<|vision_start|><|video_pad|><|vision_end|>"
-    "{% elif part['type'] == 'text' %}"
-    "{{ part['text'] }}"
-    "{% endif %}"
-    "{% endfor %}"
-    "{% endif %}"
-    "<|im_end|>\n"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+# After Qwen3-Omni's template: no default system turn; placeholders between start/end markers.
+CHAT_TEMPLATE = chat_template(
+    "<|audio_start|><|audio_pad|><|audio_end|>",
+    "<|vision_start|><|image_pad|><|vision_end|>",
+    "<|vision_start|><|video_pad|><|vision_end|>",
 )
 
 _WORDS = (
