@@ -28,7 +28,7 @@ stages:
   - id: 0
     name: thinker
     kind: vllm
-    engine_args: {{model: tiny-thinker, max_model_len: 512}}
+    engine_args: {{model: tiny-thinker, max_model_len: 512, tool_call_parser: hermes}}
     final_output: true
 """
 TOL = 1e-4
@@ -45,11 +45,14 @@ MESSAGES = [
 def vllm_base():
     model = resolve_model("tiny-thinker", OmniSettings().cache_dir)
     port = free_port()
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_LOGGING_LEVEL": "ERROR"}
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_LOGGING_LEVEL": "ERROR",
+           # required/named tool choice as JSON (omni-core's form), not hermes' structural tags
+           "VLLM_ENFORCE_STRICT_TOOL_CALLING": "0"}  # fmt: skip
     cmd = [
         sys.executable, "-m", "vllm.entrypoints.openai.api_server",
         "--model", model, "--served-model-name", MODEL, "--max-model-len", "512",
         "--dtype", "float32", "--enforce-eager", "--host", "127.0.0.1", "--port", str(port),
+        "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
     ]  # fmt: skip
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     base = f"http://127.0.0.1:{port}"
@@ -242,6 +245,8 @@ def test_bad_requests_are_rejected_like_vllm(clients):
         {"top_p": 0},
         {"top_logprobs": 3},  # without logprobs
         {"max_tokens": 0},
+        {"max_tokens": 513},  # beyond max_model_len
+        {"n": 2, "temperature": 0},  # n > 1 with greedy sampling
     ):
         for c in clients:
             with pytest.raises(openai.BadRequestError):
@@ -327,3 +332,56 @@ def test_vllm_extras_match_vllm(clients, extra, stream):
 
     ref, got = both(clients, call)
     assert got == ref
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_named_tool_call_matches_vllm(clients, stream):
+    """A named tool_choice (forced through structured output on both sides): the same call."""
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"city": {"type": "string", "enum": ["Paris", "Rome"]}},
+                    "required": ["city"],
+                    "additionalProperties": False,
+                },
+            },
+        }
+    ]
+    choice = {"type": "function", "function": {"name": "get_weather"}}
+
+    def call(c):
+        made = c.chat.completions.create(
+            model=MODEL, messages=MESSAGES[:2], max_tokens=40, temperature=0, tools=tools,
+            tool_choice=choice, stream=stream,
+        )  # fmt: skip
+        if not stream:
+            tc = made.choices[0].message.tool_calls[0]
+            return tc.function.name, tc.function.arguments, made.choices[0].finish_reason
+        name, arguments, finish = "", "", None
+        for chunk in made:
+            for ch in chunk.choices:
+                for piece in ch.delta.tool_calls or ():
+                    name += (piece.function and piece.function.name) or ""
+                    arguments += (piece.function and piece.function.arguments) or ""
+                finish = ch.finish_reason or finish
+        return name, arguments, finish
+
+    ref, got = both(clients, call)
+    assert got == ref and ref[0] == "get_weather"
+
+
+def test_several_prompts_match_vllm(clients):
+    ref, got = both(
+        clients,
+        lambda c: c.completions.create(
+            model=MODEL, prompt=["the sea is", "the sky is"], max_tokens=6, temperature=0
+        ),
+    )
+    assert [(ch.index, ch.text) for ch in got.choices] == [
+        (ch.index, ch.text) for ch in ref.choices
+    ]
+    assert got.usage == ref.usage
