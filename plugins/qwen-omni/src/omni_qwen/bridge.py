@@ -17,6 +17,7 @@ sizes come from the request's own prompt (``multi_modal_data["image"]``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from omni_core import StageResult
@@ -26,18 +27,32 @@ def thinker_to_talker(
     sources: list[StageResult], original_prompt: Any, params: Any
 ) -> dict[str, Any] | None:
     """The talker's input for what the thinker produced since the last call (None: nothing)."""
+    return thinker_chunk(sources, original_prompt, _final)
+
+
+def _final(layers: dict[str, Any]) -> dict[str, Any]:
+    if "embeddings" not in layers or "final" not in layers:
+        raise ValueError(
+            "the talker needs the thinker's 'embeddings' and 'final' hidden states, got "
+            f"{sorted(layers)}: set the thinker's engine_args.hidden_states.layers"
+        )
+    return {"embeddings": layers["embeddings"], "final": layers["final"]}
+
+
+def thinker_chunk(
+    sources: list[StageResult], original_prompt: Any, pick: Callable[[dict[str, Any]], Any]
+) -> dict[str, Any] | None:
+    """A talker's input for what the thinker produced since the last call (None: nothing):
+    ``token_ids``, and with hidden states ``start`` plus what ``pick`` takes of the layers (it
+    raises ValueError naming what is missing); the first chunk adds ``prompt_ids`` and
+    ``image_sizes``. Also omni-qwen3's talker bridge's (its own layers)."""
     if len(sources) != 1:
         raise ValueError(f"the talker takes one upstream stage (the thinker), got {len(sources)}")
     (thinker,) = sources
     chunk: dict[str, Any] = {"token_ids": list(thinker.token_ids)}
     if thinker.hidden_states:
         start, layers = _concat(thinker.hidden_states)
-        if "embeddings" not in layers or "final" not in layers:
-            raise ValueError(
-                "the talker needs the thinker's 'embeddings' and 'final' hidden states, got "
-                f"{sorted(layers)}: set the thinker's engine_args.hidden_states.layers"
-            )
-        chunk.update(start=start, embeddings=layers["embeddings"], final=layers["final"])
+        chunk.update(pick(layers), start=start)
         if start == 0:
             chunk["prompt_ids"] = _prompt_ids(thinker)
             chunk["image_sizes"] = image_sizes(original_prompt)
@@ -98,8 +113,3 @@ def image_sizes(prompt: Any) -> list[list[int]]:
             raise ValueError(f"cannot size an image of type {type(image).__name__}")
         sizes.append([int(height), int(width)])
     return sizes
-
-
-# public for sibling plugins' bridges (omni-qwen3's talker bridge reads the same chunks)
-concat_states = _concat
-prompt_token_ids = _prompt_ids

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from omni_qwen.bridge import concat_states, image_sizes, prompt_token_ids
+from omni_qwen.bridge import thinker_chunk
 
 from omni_core import StageResult
 
@@ -23,23 +23,15 @@ def thinker_to_talker(
     sources: list[StageResult], original_prompt: Any, params: Any
 ) -> dict[str, Any] | None:
     """The talker's input for what the thinker produced since the last call (None: nothing)."""
-    if len(sources) != 1:
-        raise ValueError(f"the talker takes one upstream stage (the thinker), got {len(sources)}")
-    (thinker,) = sources
-    chunk: dict[str, Any] = {"token_ids": list(thinker.token_ids)}
-    if thinker.hidden_states:
-        start, layers = concat_states(thinker.hidden_states)
-        hidden = [name for name in layers if name.startswith("layer:")]
-        if "embeddings" not in layers or len(hidden) != 1:
-            raise ValueError(
-                "the Qwen3-Omni talker needs the thinker's 'embeddings' and one 'layer:K' (K = "
-                f"talker_config.accept_hidden_layer) hidden states, got {sorted(layers)}: set the "
-                "thinker's engine_args.hidden_states.layers"
-            )
-        chunk.update(start=start, embeddings=layers["embeddings"], hidden=layers[hidden[0]])
-        if start == 0:
-            chunk["prompt_ids"] = prompt_token_ids(thinker)
-            chunk["image_sizes"] = image_sizes(original_prompt)
-    elif not chunk["token_ids"]:
-        return None
-    return chunk
+    return thinker_chunk(sources, original_prompt, _layers)
+
+
+def _layers(layers: dict[str, Any]) -> dict[str, Any]:
+    hidden = [name for name in layers if name.startswith("layer:")]
+    if "embeddings" not in layers or len(hidden) != 1:
+        raise ValueError(
+            "the Qwen3-Omni talker needs the thinker's 'embeddings' and one 'layer:K' (K = "
+            f"talker_config.accept_hidden_layer) hidden states, got {sorted(layers)}: set the "
+            "thinker's engine_args.hidden_states.layers"
+        )
+    return {"embeddings": layers["embeddings"], "hidden": layers[hidden[0]]}
