@@ -61,6 +61,7 @@ class ResponseContext:
     history: list[dict[str, Any]] = field(default_factory=list)
     default_params: dict[int, SamplingParams] = field(default_factory=dict)
     stage_names: dict[int, str] = field(default_factory=dict)
+    session_id: str = ""  # the session's id (a plug keeping per-session state in a stage)
 
 
 class DuplexModel(ABC):

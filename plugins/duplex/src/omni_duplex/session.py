@@ -365,6 +365,7 @@ class SessionRunner:
             list(self.history),
             dict(self.manager.default_params),
             {sid: s.name for sid, s in self.orch.port.pipeline.stages.items()},
+            self.id,
         )
         plan = self.model.plan_response(context)
         for turn in self.turns:

@@ -31,6 +31,8 @@ logger = logging.getLogger(__name__)
 
 MODEL = "qwen2.5-omni"
 PIPELINE = "qwen2.5-omni-duplex"
+RESUMABLE_MODEL = "qwen2.5-omni-resumable"
+RESUMABLE_PIPELINE = "qwen2.5-omni-duplex-text"
 INPUT_RATE = 16_000  # the thinker's audio encoder (Whisper features)
 MAX_AUDIO_TURNS = 4  # spoken turns kept as audio in one prompt (limit_mm_per_prompt.audio)
 MAX_MODEL_LEN = 2048
@@ -148,3 +150,81 @@ def duplex_pipeline(model: str = "tiny-qwen2.5-omni") -> PipelineConfig:
         duplex={"model": MODEL},
     )
     return PipelineConfig.from_dict(data, source=f"<pipeline {PIPELINE} (omni-qwen)>")
+
+
+def new_turns(turns: list[Any]) -> dict[str, Any]:
+    """The new user turns and the assistant header (what a resumable session appends)."""
+    text, audios = "", []
+    for t in turns:
+        body = AUDIO_PART if t.audio is not None else ""
+        if t.audio is not None:
+            audios.append((t.audio, INPUT_RATE))
+        text += turn("user", body + t.text)
+    prompt: dict[str, Any] = {"prompt": text + "<|im_start|>assistant\n"}
+    if audios:
+        prompt["multi_modal_data"] = {"audio": audios}
+    return prompt
+
+
+def build_resumable_model(pipeline: Any, section: Any) -> Any:
+    """The plug of ``qwen2.5-omni-duplex-text``: only the new turns go to the stage, which
+    appends them to the session's live request (:mod:`omni_qwen.duplex_resumable`)."""
+    from omni_duplex.model import TinyOmniModel
+
+    class QwenOmniResumableModel(TinyOmniModel):
+        name = RESUMABLE_MODEL
+        input_sample_rate = INPUT_RATE
+
+        def capabilities(self) -> dict[str, Any]:
+            return {**super().capabilities(), "output_modalities": ["text"]}
+
+        def plan_response(self, context: Any) -> Any:
+            import msgspec
+            from omni_duplex.model import ResponsePlan
+
+            from omni_qwen.duplex_resumable import SESSION_KEY
+
+            prompt = new_turns(context.turns)
+            prompt["system"] = context.session.instructions or SYSTEM_PROMPT
+            params = dict(context.default_params)
+            first = params[0]
+            changes: dict[str, Any] = {"extra": {**first.extra, SESSION_KEY: context.session_id}}
+            if context.session.max_output_tokens is not None:
+                changes["max_tokens"] = context.session.max_output_tokens
+            params[0] = msgspec.structs.replace(first, **changes)
+            return ResponsePlan(prompt, params, ["text"])
+
+    return QwenOmniResumableModel()
+
+
+def resumable_pipeline(model: str = "tiny-qwen2.5-omni") -> PipelineConfig:
+    """One stage: the thinker holding one resumable request per session (text replies)."""
+    from omni_core import PipelineConfig
+    from omni_qwen import compat
+
+    env = {"PYTHONPATH": compat.pythonpath_entry()} if compat.needed() else {}
+    return PipelineConfig.from_dict(
+        {
+            "name": RESUMABLE_PIPELINE,
+            "engine": "duplex",
+            "requires_plugins": ["qwen", "duplex"],
+            "duplex": {"model": RESUMABLE_MODEL},
+            "stages": [
+                {
+                    "id": 0,
+                    "name": "thinker",
+                    "kind": "torch",
+                    "engine_args": {
+                        "engine": "omni_qwen.duplex_resumable:build",
+                        "model": model,
+                        "env": env,
+                        "options": {"max_model_len": MAX_MODEL_LEN, "idle_s": 300},
+                    },
+                    "sampling_params": {"max_tokens": 64, "temperature": 0.0},
+                    "final_output": True,
+                    "final_output_type": "text",
+                }
+            ],
+        },
+        source=f"<pipeline {RESUMABLE_PIPELINE} (omni-qwen)>",
+    )

@@ -66,6 +66,11 @@ def omni_register_pipelines() -> Iterable[PipelineSpec]:
 
         return duplex_pipeline()
 
+    def duplex_text() -> PipelineConfig:
+        from omni_qwen.duplex import resumable_pipeline
+
+        return resumable_pipeline()
+
     return [
         PipelineSpec(
             "qwen2.5-omni-thinker",
@@ -85,6 +90,12 @@ def omni_register_pipelines() -> Iterable[PipelineSpec]:
             "qwen2.5-omni as full-duplex speech sessions (needs omni-duplex): spoken turns "
             "heard as audio, text + streamed speech replies",
         ),
+        PipelineSpec(
+            "qwen2.5-omni-duplex-text",
+            duplex_text,
+            "the Qwen2.5-Omni thinker as duplex sessions holding the conversation in one "
+            "resumable vLLM request each (text replies; needs omni-duplex)",
+        ),
     ]
 
 
@@ -93,12 +104,17 @@ def omni_duplex_register_models() -> Iterable[Any]:
     """omni-duplex's hook (optional: omni-qwen works without omni-duplex installed)."""
     from omni_duplex.model import DuplexModelSpec
 
-    from omni_qwen.duplex import MODEL, build_model
+    from omni_qwen.duplex import MODEL, RESUMABLE_MODEL, build_model, build_resumable_model
 
     return [
         DuplexModelSpec(
             MODEL, build_model, "Qwen2.5-Omni: spoken turns as audio, text + streamed speech"
-        )
+        ),
+        DuplexModelSpec(
+            RESUMABLE_MODEL,
+            build_resumable_model,
+            "Qwen2.5-Omni thinker: the conversation in one resumable request; text replies",
+        ),
     ]
 
 

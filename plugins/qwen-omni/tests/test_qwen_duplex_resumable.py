@@ -1,0 +1,129 @@
+"""``qwen2.5-omni-duplex-text`` (issue 29 item 2): the conversation lives in the engine, one
+resumable vLLM request per session; each turn prefills only the new turn; a barge-in stops the
+reply on the next decode step with the KV kept; a turn past ``max_model_len`` is one error event
+and the engine keeps serving. One engine for the module."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from omni_duplex import protocol as P
+from omni_qwen.duplex import MAX_MODEL_LEN, resumable_pipeline, turn
+
+from omni_core import OmniSettings, create_engine
+
+TEXT = {"turn_detection": None, "max_output_tokens": 16, "output_modalities": ["text"]}
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_qwen, qwen_cache):
+    settings = OmniSettings(cache_dir=qwen_cache, startup_timeout_s=600.0, shutdown_timeout_s=5)
+    engine = create_engine(resumable_pipeline(), settings=settings)
+    yield engine
+    engine.shutdown()
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_qwen):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(tiny_qwen))
+
+
+async def state(engine) -> dict:
+    (s,) = await engine.collective_rpc("get_state", stage_ids=[0])
+    return s
+
+
+async def until(session, *types):
+    seen = []
+    async with asyncio.timeout(120):
+        while True:
+            event = await session.recv()
+            seen.append(event)
+            if event.type in types:
+                return seen
+
+
+async def ask(session, text: str) -> list:
+    session.send(P.AppendText(text=text, commit=True))
+    session.send(P.CreateResponse())
+    return await until(session, P.RESPONSE_DONE)
+
+
+def test_each_turn_prefills_only_the_new_turn(engine, tokenizer):
+    async def go():
+        s = await engine.open_session(TEXT)
+        prefill, news, contexts = [], [], []
+        for i in range(10):
+            text = f"Turn {i}: what should I cook tonight?"
+            before = (await state(engine))["prefilled_tokens"]
+            done = (await ask(s, text))[-1]
+            assert done.data["status"] == "completed"
+            after = await state(engine)
+            prefill.append(after["prefilled_tokens"] - before)
+            contexts.append(after["contexts"][s.id])
+            rendered = turn("user", text) + "<|im_start|>assistant\n"
+            news.append(len(tokenizer.encode(rendered, add_special_tokens=False)))
+        await s.close()
+        return prefill, news, contexts
+
+    prefill, news, contexts = asyncio.run(go())
+    # turn 1 carries the system turn; from then on only the new turn (+ the re-fed end of turn)
+    assert all(p <= 2 * n for p, n in zip(prefill[1:], news[1:], strict=True)), (prefill, news)
+    assert max(prefill[1:]) - min(prefill[1:]) <= 2  # flat, not growing
+    # the fresh-request-per-turn fallback would prefill the whole context each turn
+    assert contexts[-1] > 5 * prefill[-1], (contexts, prefill)
+
+
+def test_a_barge_in_stops_the_reply_next_step_and_keeps_the_conversation(engine):
+    async def go():
+        s = await engine.open_session({**TEXT, "max_output_tokens": MAX_MODEL_LEN // 2})
+        s.send(P.AppendText(text="Tell me a very long story.", commit=True))
+        s.send(P.CreateResponse())
+        seen = await until(s, P.TEXT_DELTA)
+        prompt = (await state(engine))["contexts"][s.id]  # the reply joins it when it ends
+        s.send(P.CancelResponse())
+        seen += await until(s, P.RESPONSE_DONE)
+        while s.id in (await state(engine))["generating"]:  # the segment ends (any way)
+            await asyncio.sleep(0.02)
+        cut = (await state(engine))["contexts"][s.id]
+        nxt = await ask(s, "And then?")  # the same live request goes on
+        after = await state(engine)
+        await s.close()
+        return seen[-1].data, cut - prompt, nxt[-1].data, after
+
+    cancelled, reply, nxt, after = asyncio.run(go())
+    assert cancelled["status"] == "cancelled" and nxt["status"] == "completed"
+    # the reply kept in the context ends a few steps after the cancel, far from its 1024 tokens
+    assert 0 < reply < 64, reply
+    assert after["sessions"] >= 1 and after["unfinished"] >= 1  # the live request (its KV) kept
+
+
+def test_a_session_growing_past_max_model_len_is_one_error_and_others_are_served(engine):
+    """Each turn fits alone (vLLM checks chunks alone: a session grown past the limit would kill
+    the engine); the turn that takes the running context past it fails with one error event."""
+
+    async def go():
+        s = await engine.open_session(TEXT)
+        events = []
+        for _ in range(5):
+            seen = await ask(s, "hello " * (MAX_MODEL_LEN // 4))
+            events += seen
+            if seen[-1].data["status"] == "failed":
+                break
+        other = await engine.open_session(TEXT)
+        small = await ask(other, "Hi.")
+        again = await ask(s, "Hi again.")  # the session starts a new conversation
+        await s.close()
+        await other.close()
+        return events, small, again
+
+    events, small, again = asyncio.run(go())
+    errors = [e for e in events if e.type == P.ERROR]
+    assert len(errors) == 1 and "max_model_len" in errors[0].data["message"], errors
+    statuses = [e.data["status"] for e in events if e.type == P.RESPONSE_DONE]
+    assert statuses[-1] == "failed" and set(statuses[:-1]) == {"completed"} and len(statuses) > 1
+    assert small[-1].data["status"] == "completed"
+    assert again[-1].data["status"] == "completed"
