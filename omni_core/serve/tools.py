@@ -308,6 +308,8 @@ class ToolStream:
         self.calling = calling
         self.text = ""
         self.called = False
+        self.pos = 0  # required: where the array's next element starts
+        self.sent = 0  # required: calls sent
         parser = calling.parser if calling.choice == "auto" else None
         self.parser = parser(calling.tokenizer, None) if parser is not None else None
 
@@ -326,8 +328,36 @@ class ToolStream:
                          "function": {"name": calling.named, "arguments": text}}  # fmt: skip
             return {"tool_calls": [piece]}
         if calling.choice == "required":
-            return {}  # the array is parsed when it is whole (finish)
+            return self._required_calls()
         return await asyncio.to_thread(self._parse, previous, text, token_ids)
+
+    def _required_calls(self) -> dict[str, Any]:
+        """``required``'s array, a call each time one of its elements is whole (each call in
+        one piece: its id, name and arguments)."""
+        text, pos, pieces = self.text, self.pos, []
+        if pos == 0:
+            start = len(text) - len(text.lstrip())
+            if start >= len(text) or text[start] != "[":
+                return {}
+            pos = start + 1
+        decoder = json.JSONDecoder()
+        while True:
+            while pos < len(text) and text[pos] in " \t\r\n,":
+                pos += 1
+            if pos >= len(text) or text[pos] == "]":
+                break
+            try:
+                value, end = decoder.raw_decode(text, pos)
+            except ValueError:
+                break  # not whole yet
+            pos = end
+            if isinstance(value, dict) and isinstance(value.get("name"), str):
+                arguments = json.dumps(value.get("parameters", {}))
+                pieces.append({**_call(value["name"], arguments), "index": self.sent})
+                self.sent += 1
+        self.pos = pos
+        self.called = self.called or bool(pieces)
+        return {"tool_calls": pieces} if pieces else {}
 
     def _parse(self, previous: str, text: str, token_ids: list[int]) -> dict[str, Any]:
         assert self.parser is not None
@@ -348,13 +378,7 @@ class ToolStream:
         """The last delta of the choice: ``required``'s calls (whole), the rest of an ``auto``
         call's arguments the parser had not streamed yet (vLLM's)."""
         if self.calling.choice == "required":
-            calls = _required(self.text)
-            self.called = bool(calls)
-            pieces = [
-                {**_call(c["name"], json.dumps(c["parameters"])), "index": i}
-                for i, c in enumerate(calls)
-            ]
-            return {"tool_calls": pieces} if pieces else {}
+            return self._required_calls()
         if self.parser is not None and self.called:
             rest = await asyncio.to_thread(self.parser.get_remaining_unstreamed_args)
             if rest:

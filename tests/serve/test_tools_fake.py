@@ -139,3 +139,28 @@ def test_several_prompts_give_choice_i_times_n_plus_j(base, stream):
 def test_an_empty_prompt_among_several_is_a_400(base):
     got = complete(base, prompt=["a", ""])
     assert got.status_code == 400 and "'prompt[1]'" in got.json()["error"]["message"]
+
+
+def test_required_streams_each_call_once_its_element_is_whole():
+    import asyncio
+
+    from omni_core.serve.tools import ToolCalling, ToolDef
+
+    tools = [ToolDef.model_validate(t) for t in TOOLS]
+    text = '[ {"name": "get_weather", "parameters": {"city": "]"}},\n{"name": "get_weather", '
+    text += '"parameters": {}}' + " " * 20 + "]"
+    calling = ToolCalling(tools, "required")
+
+    async def streamed():
+        stream = calling.streamer()
+        deltas = [(i, await stream.delta(text[i : i + 5], [])) for i in range(0, len(text), 5)]
+        return stream, [(i, d) for i, d in deltas if d], await stream.finish()
+
+    stream, deltas, last = asyncio.run(streamed())
+    assert stream.called and last == {}
+    closes = [text.index("}},") + 2, text.index("}}  ") + 2]  # where each element is whole
+    assert [i for i, _ in deltas] == [(c - 1) // 5 * 5 for c in closes]  # not at the end
+    calls = [d["tool_calls"][0] for _, d in deltas]
+    assert [c["index"] for c in calls] == [0, 1]
+    assert [c["function"]["arguments"] for c in calls] == ['{"city": "]"}', "{}"]
+    assert calling.finish_reason("stop", True) == "tool_calls"
