@@ -13,13 +13,16 @@ from omni_qwen.duplex import MAX_MODEL_LEN, resumable_pipeline, turn
 
 from omni_core import OmniSettings, create_engine
 
+SLOTS = 2  # vLLM sequence slots: an idle session holds one
 TEXT = {"turn_detection": None, "max_output_tokens": 16, "output_modalities": ["text"]}
 
 
 @pytest.fixture(scope="module")
 def engine(tiny_qwen, qwen_cache):
     settings = OmniSettings(cache_dir=qwen_cache, startup_timeout_s=600.0, shutdown_timeout_s=5)
-    engine = create_engine(resumable_pipeline(), settings=settings)
+    config = resumable_pipeline()
+    config.stages[0].engine_args["options"]["max_num_seqs"] = SLOTS
+    engine = create_engine(config, settings=settings)
     yield engine
     engine.shutdown()
 
@@ -127,3 +130,19 @@ def test_a_session_growing_past_max_model_len_is_one_error_and_others_are_served
     assert statuses[-1] == "failed" and set(statuses[:-1]) == {"completed"} and len(statuses) > 1
     assert small[-1].data["status"] == "completed"
     assert again[-1].data["status"] == "completed"
+
+
+def test_more_sessions_than_slots_are_served_by_closing_the_least_recent_idle_one(engine):
+    """Every session holds a slot between its turns; with all held, a new session's turn closes
+    the least recently used idle one instead of waiting for a slot forever."""
+
+    async def go():
+        sessions = [await engine.open_session(TEXT) for _ in range(SLOTS + 2)]
+        done = [(await ask(s, "Hi."))[-1].data["status"] for s in sessions]
+        live = (await state(engine))["sessions"]
+        for s in sessions:
+            await s.close()
+        return done, live
+
+    done, live = asyncio.run(go())
+    assert done == ["completed"] * (SLOTS + 2) and live <= SLOTS

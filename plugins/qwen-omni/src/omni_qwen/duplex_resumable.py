@@ -10,9 +10,11 @@ context). An abort of the request (barge-in, ``response.cancel``) forces ``<|im_
 next decode step (the stop-now logits processor): the KV is kept, the reply is cut there.
 
 Bounded: a turn that would take the session past ``max_model_len`` fails with 400 (nothing
-reaches vLLM, the engine keeps serving); a session idle for ``idle_s`` is closed (its KV and
-``max_num_seqs`` slot freed; its next turn starts a new conversation from the history the plug
-renders).
+reaches vLLM, the engine keeps serving) and closes the session's request; a session idle for
+``idle_s`` is closed (its KV and ``max_num_seqs`` slot freed), checked on each step and each new
+request (the worker sleeps between commands), and a new session with every slot held closes the
+least recently used idle one. A closed session's next turn starts a new conversation in the
+engine (system turn + the new turn; the earlier turns are not re-sent).
 
 Why text only: the talker needs the thinker's hidden states, which a resumable request does not
 give (see :mod:`omni_qwen.duplex`).
@@ -49,11 +51,12 @@ class SessionThinker(TorchStageEngine):
     def __init__(self, model: str, options: dict[str, Any]) -> None:
         self.max_model_len = int(options.get("max_model_len", 2048))
         self.idle_s = float(options.get("idle_s", 300.0))
+        self.max_num_seqs = int(options.get("max_num_seqs", 8))
         self.engine = build_engine(
             model,
             dtype="float32",
             max_model_len=self.max_model_len,
-            max_num_seqs=int(options.get("max_num_seqs", 8)),
+            max_num_seqs=self.max_num_seqs,
             enforce_eager=True,
             kv_cache_memory_bytes=int(options.get("kv_cache_memory_bytes", 64 << 20)),
             disable_log_stats=True,
@@ -77,6 +80,7 @@ class SessionThinker(TorchStageEngine):
             raise RequestError(f"request {request.request_id}: extra.{SESSION_KEY} is required")
         session = self.sessions.get(key)
         if session is None:
+            self._make_room()
             session = self.sessions[key] = ResumableSession(self.engine, key, self.max_model_len)
         if session.generating:
             raise RequestError(f"session {key}: a reply is still being generated")
@@ -150,6 +154,19 @@ class SessionThinker(TorchStageEngine):
             if key not in self.active and now - used > self.idle_s:
                 return key
         return None
+
+    def _make_room(self) -> None:
+        """Before a new session: close the idle-expired ones, then, with every sequence slot
+        held, the least recently used idle one (an idle session holds a slot and its KV; the
+        worker sleeps between commands, so expiry is also checked here)."""
+        while (key := self._expired()) is not None:
+            self._close(key)
+        idle = sorted((used, key) for key, used in self.used.items() if key not in self.active)
+        if len(self.sessions) >= self.max_num_seqs and idle:
+            logger.info(
+                "duplex session %s closed: all %d slots held", idle[0][1], self.max_num_seqs
+            )
+            self._close(idle[0][1])
 
     def _close(self, key: str) -> None:
         session = self.sessions.pop(key, None)
