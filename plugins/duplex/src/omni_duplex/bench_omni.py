@@ -32,6 +32,7 @@ from omni_duplex.config import WIRE_SAMPLE_RATE
 logger = logging.getLogger(__name__)
 
 PIPELINE = "qwen2.5-omni-duplex"
+RESUMABLE = "qwen2.5-omni-duplex-text"  # one resumable request per session (text replies)
 SILENCE_MS = 200
 CONVERSATION_TURNS = 10
 
@@ -97,6 +98,23 @@ async def _prefilled(engine: Any) -> int:
     return int(state["prefilled_tokens"])
 
 
+def _resumable_prefill() -> list[int]:
+    """The same conversation on the resumable pipeline (empty when it is not registered)."""
+    from omni_core import ConfigError, create_engine
+
+    try:
+        engine: Any = create_engine(RESUMABLE)
+    except ConfigError as exc:
+        logger.warning("omni bench duplex: %s not run (%s)", RESUMABLE, exc)
+        return []
+    try:
+        prefill = asyncio.run(prefill_per_turn(engine, CONVERSATION_TURNS))
+    finally:
+        engine.shutdown()
+    logger.info("%s: thinker prefill per turn %s", RESUMABLE, prefill)
+    return prefill
+
+
 def omni_rows(quick: bool) -> list[Row]:
     """The rows of ``qwen2.5-omni-duplex``; none (logged) when omni-qwen is not installed."""
     from omni_core import ConfigError, create_engine
@@ -124,6 +142,11 @@ def omni_rows(quick: bool) -> list[Row]:
         end_ms, cancel_ms = pct(first, q) * 1e3, pct(client, q) * 1e3
         rows.append(Row("duplex", n, f"end of speech → first audio {p}", end_ms, "ms"))
         rows.append(Row("duplex", n, f"barge-in: speech → cancelled {p}", cancel_ms, "ms"))
+    resumable = _resumable_prefill()
+    if resumable:
+        first_r, last_r = f"{RESUMABLE}: thinker prefill, turn 1", f"{RESUMABLE}: turn 10"
+        rows.append(Row("duplex", c, first_r, resumable[0], "tokens"))
+        rows.append(Row("duplex", c, last_r, resumable[-1], "tokens", prefill[-1], "fresh"))
     last = f"thinker prefill, turn {len(prefill)}"
     growth = prefill[-1] - prefill[-2]
     rows.append(Row("duplex", c, "thinker prefill, turn 1", prefill[0], "tokens"))
