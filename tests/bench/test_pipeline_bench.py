@@ -89,3 +89,20 @@ def test_stream_and_on_finish_generate_the_same_talker_tokens_and_audio():
     vocoder_edge = stream.stages[2].inputs[0]
     assert (vocoder_edge.mode, vocoder_edge.chunk) == ("stream", TALKER_TOKENS // segments)
     assert [e.mode for s in on_finish.stages for e in s.inputs] == ["on_finish", "on_finish"]
+
+
+def test_the_bench_prints_prefilled_and_generated_tokens_per_request_per_mode(monkeypatch):
+    """The rows the reader checks the like-for-like comparison by (engines faked out)."""
+    from omni_core.bench import pipeline
+
+    levels = {c: (10.0, [0.05, 0.06]) for c in pipeline.LEVELS}
+    monkeypatch.setattr(pipeline, "_chain", lambda *a: (levels, (0.01, 0.001)))
+    monkeypatch.setattr(
+        pipeline, "_omni", lambda *a: (levels, (0.01, 0.001), ([8.0, 24.0], [24.0, 12.0]))
+    )
+    monkeypatch.setattr(pipeline, "wire_rows", lambda quick: [])
+    rows = {(r.case, r.figure): r.value for r in pipeline.bench_pipeline(quick=False)}
+    for mode in ("on_finish", "audio only", "stream"):
+        assert rows[(f"omni-core {mode}", "talker prefilled tokens/request")] == 24.0
+        assert rows[(f"omni-core {mode}", "talker (audio / hop) tokens out/request")] == 12.0
+        assert rows[(f"omni-core {mode}", "thinker text tokens out/request")] == 24.0
