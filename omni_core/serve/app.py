@@ -26,17 +26,12 @@ from omni_core.chat import ChatMessage, RenderedPrompt, TextPart
 from omni_core.errors import RequestError
 from omni_core.media import Image, png_bytes
 from omni_core.serve import streams
+from omni_core.serve.bodies import decode_json, parse_body
 from omni_core.serve.connections import Drain
 from omni_core.serve.errors import ApiError
 from omni_core.serve.guard import BodyTimeout, BodyTooLarge, Guard, late_body, too_large_body
 from omni_core.serve.metrics import OmniMetrics
-from omni_core.serve.protocol import (
-    ChatCompletionRequest,
-    CompletionRequest,
-    ImageRequest,
-    decode_json,
-    parse_body,
-)
+from omni_core.serve.protocol import ChatCompletionRequest, CompletionRequest, ImageRequest
 from omni_core.serve.responses import (
     AudioReply,
     Extras,
@@ -44,7 +39,7 @@ from omni_core.serve.responses import (
     completion_response,
     gather,
 )
-from omni_core.serve.runs import Admission, ClientGone, Run
+from omni_core.serve.runs import Admission, ClientGone, Run, all_of, start_runs
 from omni_core.serve.tools import ToolCalling, load_parser
 
 logger = logging.getLogger(__name__)
@@ -404,7 +399,7 @@ def create_app(
                 vllm = {**extra.get("vllm", {}), "prompt_logprobs": body.logprobs}
                 overrides["extra"] = {**extra, "vllm": vllm}
         params = stage_params(with_vllm_extras(body, overrides))
-        runs = start_runs(request, rendered, params)
+        runs = start_runs(request, engine, admission, rendered, params, drain)
         rid = request_id_of(request, body)
         extras = extras_of(body)
         prompt_tokens = sum(r.num_tokens or 0 for r in rendered)
@@ -455,41 +450,6 @@ def create_app(
         )
         metrics.count_usage(response["usage"])
         return with_request_id(JSONResponse(response), request)
-
-    def start_runs(request: Request, rendered: list[RenderedPrompt], params: Any) -> list[Run]:
-        """A run per prompt, each admitted (a request of k prompts holds k slots)."""
-        runs: list[Run] = []
-        try:
-            for prompt in rendered:
-                runs.append(Run(request, engine, admission, prompt, params, ["text"], drain))
-        except BaseException:
-            for run in runs:  # not started yet: their slots only
-                if run.admission is not None:
-                    run.admission.leave()
-                    run.admission = None
-            raise
-        return runs
-
-    async def all_of(runs: list[Run], step: Any) -> list[Any]:
-        """``step(run)`` of every run at once; the first failure cancels the others and closes
-        every run (which aborts them), then is raised."""
-        if len(runs) == 1:
-            return [await step(runs[0])]
-        tasks = [asyncio.ensure_future(step(r)) for r in runs]
-        try:
-            await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.wait(tasks)
-        failed = [t.exception() for t in tasks if not t.cancelled() and t.exception()]
-        if failed or any(t.cancelled() for t in tasks):
-            for run in runs:
-                await run.close()
-            if failed:
-                raise failed[0]
-            raise asyncio.CancelledError()
-        return [t.result() for t in tasks]
 
     @app.post("/v1/images/generations")
     async def images(request: Request) -> Any:

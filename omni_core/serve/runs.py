@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from fastapi import Request
@@ -200,6 +200,50 @@ class EventStream(StreamingResponse):
             await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
         tail = streams.error_event(shutdown_error(self.run.drain)) + "data: [DONE]\n\n"
         await send({"type": "http.response.body", "body": tail.encode(), "more_body": False})
+
+
+def start_runs(
+    request: Request,
+    engine: Any,
+    admission: Admission,
+    rendered: list[RenderedPrompt],
+    params: Any,
+    drain: Drain,
+) -> list[Run]:
+    """A text run per prompt of one request, each admitted (k prompts hold k slots)."""
+    runs: list[Run] = []
+    try:
+        for prompt in rendered:
+            runs.append(Run(request, engine, admission, prompt, params, ["text"], drain))
+    except BaseException:
+        for run in runs:  # not started yet: their slots only
+            if run.admission is not None:
+                run.admission.leave()
+                run.admission = None
+        raise
+    return runs
+
+
+async def all_of(runs: list[Run], step: Callable[[Run], Awaitable[Any]]) -> list[Any]:
+    """``step(run)`` of every run at once; the first failure cancels the others and closes every
+    run (which aborts them), then is raised."""
+    if len(runs) == 1:
+        return [await step(runs[0])]
+    tasks = [asyncio.ensure_future(step(r)) for r in runs]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.wait(tasks)
+    failed = [e for t in tasks if not t.cancelled() and (e := t.exception()) is not None]
+    if failed or any(t.cancelled() for t in tasks):
+        for run in runs:
+            await run.close()
+        if failed:
+            raise failed[0]
+        raise asyncio.CancelledError()
+    return [t.result() for t in tasks]
 
 
 async def _disconnected(receive: Receive) -> None:
