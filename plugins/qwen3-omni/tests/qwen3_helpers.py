@@ -59,3 +59,65 @@ def greedy(hf: Any, chat: list[dict[str, Any]], new_tokens: int, **media: Any) -
         )
     sequences = out.sequences if hasattr(out, "sequences") else out
     return text, inputs, sequences[0, inputs["input_ids"].shape[1] :].tolist()
+
+
+def speech(
+    hf: Any,
+    chat: list[dict[str, Any]],
+    thinker_tokens: int,
+    frames: int,
+    sample: bool = False,
+    voice: str = "Ethan",
+    eos_at: int | None = None,
+    seed: int = 0,
+    **media: Any,
+) -> dict[str, Any]:
+    """transformers' ``generate(return_audio=True)`` with a greedy thinker (``torch.manual_seed
+    (seed)`` first: the talker's draws when ``sample``): the reply ids, the talker's codes
+    (frame-major, every group; ``talker_max_new_tokens`` is ``frames + 1``, its last first code
+    never gets residual codes), the waveform, and the thinker's rows as omni-qwen3's bridge hands
+    them over (``emb``: ``hidden_states[0]``, ``hid``: ``hidden_states[accept layer 2]``).
+    ``eos_at``: the reply gets the eos token at that index before the talker's input is built."""
+    import torch
+
+    _, inputs = hf_inputs(hf, chat, **media)
+    model = hf[1]
+    seen: dict[str, Any] = {}
+    thinker_generate, decode = model.thinker.generate, model.code2wav.chunked_decode
+
+    def thinker(*args: Any, **kwargs: Any) -> Any:
+        seen["thinker"] = result = thinker_generate(*args, **kwargs)
+        if eos_at is not None:
+            result.sequences[0, kwargs["input_ids"].shape[1] + eos_at] = IM_END
+        return result
+
+    def record(codes: Any, *args: Any, **kwargs: Any) -> Any:
+        seen["codes"] = codes
+        return decode(codes, *args, **kwargs)
+
+    model.thinker.generate, model.code2wav.chunked_decode = thinker, record
+    try:
+        torch.manual_seed(seed)
+        with torch.no_grad():
+            _, wave = model.generate(
+                **inputs,
+                speaker=voice,
+                return_audio=True,
+                thinker_do_sample=False,
+                thinker_max_new_tokens=thinker_tokens,
+                thinker_eos_token_id=IM_END,
+                talker_do_sample=sample,
+                talker_max_new_tokens=frames + 1,
+            )
+    finally:
+        del model.thinker.generate, model.code2wav.chunked_decode
+    result, prompt_len = seen["thinker"], inputs["input_ids"].shape[1]
+    ids = result.sequences[0].tolist()
+    return {
+        "codes": seen["codes"][0].T.reshape(-1).tolist(),
+        "wave": wave.reshape(-1).numpy(),
+        "prompt_ids": ids[:prompt_len],
+        "reply": ids[prompt_len:],
+        "emb": torch.cat([h[0] for h in result.hidden_states], 1)[0].numpy(),
+        "hid": torch.cat([h[2] for h in result.hidden_states], 1)[0].numpy(),
+    }

@@ -17,17 +17,16 @@ from typing import Any
 
 import numpy as np
 import pytest
-import torch
 from omni_qwen3.pipelines import omni_pipeline
 from qwen3_helpers import (
     AUDIO_CHAT,
-    IM_END,
     IMAGE_CHAT,
     SAMPLE_RATE,
     TEXT_CHAT,
     hf_inputs,
     image,
     sine,
+    speech,
 )
 
 from omni_core import AsyncOmniEngine, OmniSettings
@@ -56,40 +55,6 @@ def engine(tiny_qwen3, qwen3_cache):
     )
     yield engine
     engine.shutdown()
-
-
-def reference(hf: Any, chat: list[dict[str, Any]], voice: str, **media: Any) -> dict[str, Any]:
-    """transformers' greedy ``generate(return_audio=True)``: thinker ids, talker codes
-    (frame-major, every group), waveform."""
-    _, inputs = hf_inputs(hf, chat, **media)
-    model = hf[1]
-    seen: dict[str, Any] = {}
-    decode = model.code2wav.chunked_decode
-
-    def record(codes: Any, *args: Any, **kwargs: Any) -> Any:
-        seen["codes"] = codes
-        return decode(codes, *args, **kwargs)
-
-    model.code2wav.chunked_decode = record
-    try:
-        with torch.no_grad():
-            sequences, wave = model.generate(
-                **inputs,
-                speaker=voice,
-                return_audio=True,
-                thinker_do_sample=False,
-                thinker_max_new_tokens=THINKER_TOKENS,
-                thinker_eos_token_id=IM_END,
-                talker_do_sample=False,
-                talker_max_new_tokens=FRAMES + 1,
-            )
-    finally:
-        del model.code2wav.chunked_decode
-    return {
-        "generated": sequences[0, inputs["input_ids"].shape[1] :].tolist(),
-        "codes": seen["codes"][0].T.reshape(-1).tolist(),
-        "wave": wave.reshape(-1).numpy(),
-    }
 
 
 def params(voice: str, stream: bool = False) -> dict[str, Any]:
@@ -136,11 +101,11 @@ def audio_of(outs: list[Any]) -> tuple[list[int], np.ndarray, int]:
 )
 def test_the_pipeline_speaks_as_transformers_generate(engine, hf3, case, voice):
     chat, media = CASES[case]
-    ref = reference(hf3, chat, voice, **media)
+    ref = speech(hf3, chat, THINKER_TOKENS, FRAMES, voice=voice, **media)
     outs = speak(engine, prompt_of(hf3, chat, media), params(voice))
     last = outs[-1]
     assert last.finished and last.error is None, last
-    assert [t for o in outs if o.stage_name == "thinker" for t in o.token_ids] == ref["generated"]
+    assert [t for o in outs if o.stage_name == "thinker" for t in o.token_ids] == ref["reply"]
     codes, wave, _ = audio_of(outs)
     assert len(codes) == 4 * FRAMES and codes == ref["codes"]  # every group of every frame
     assert wave.dtype == np.float32 and wave.shape == ref["wave"].shape == (FRAMES * 1920 - 555,)

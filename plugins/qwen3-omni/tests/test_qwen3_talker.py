@@ -11,8 +11,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-import torch
-from qwen3_helpers import AUDIO_CHAT, IM_END, TEXT_CHAT, hf_inputs, sine
+from qwen3_helpers import AUDIO_CHAT, IM_END, TEXT_CHAT, sine, speech
 
 from omni_core.sampling import SamplingParams
 
@@ -33,47 +32,9 @@ def talker(tiny_qwen3):
 
 
 def reference(hf, chat, sample: bool, eos_at: int | None = None, **media: Any) -> dict[str, Any]:
-    """``generate(return_audio=True)`` (greedy thinker): its talker codes and the thinker's rows
-    as the bridge hands them over. ``eos_at``: the reply gets the eos token at that index."""
-    _, inputs = hf_inputs(hf, chat, **media)
-    model = hf[1]
-    seen: dict[str, Any] = {}
-    thinker_generate, decode = model.thinker.generate, model.code2wav.chunked_decode
-
-    def thinker(*args: Any, **kwargs: Any) -> Any:
-        seen["thinker"] = result = thinker_generate(*args, **kwargs)
-        if eos_at is not None:
-            result.sequences[0, kwargs["input_ids"].shape[1] + eos_at] = IM_END
-        return result
-
-    def record(codes: Any, *args: Any, **kwargs: Any) -> Any:
-        seen["codes"] = codes
-        return decode(codes, *args, **kwargs)
-
-    model.thinker.generate, model.code2wav.chunked_decode = thinker, record
-    try:
-        torch.manual_seed(SEED)
-        with torch.no_grad():
-            model.generate(
-                **inputs,
-                return_audio=True,
-                thinker_do_sample=False,
-                thinker_max_new_tokens=THINKER_TOKENS,
-                thinker_eos_token_id=IM_END,
-                talker_do_sample=sample,
-                talker_max_new_tokens=FRAMES + 1,
-            )
-    finally:
-        del model.thinker.generate, model.code2wav.chunked_decode
-    result, prompt_len = seen["thinker"], inputs["input_ids"].shape[1]
-    ids = result.sequences[0].tolist()
-    return {
-        "codes": seen["codes"][0].T.reshape(-1).tolist(),
-        "prompt_ids": ids[:prompt_len],
-        "reply": ids[prompt_len:],
-        "emb": torch.cat([h[0] for h in result.hidden_states], 1)[0].numpy(),
-        "hid": torch.cat([h[2] for h in result.hidden_states], 1)[0].numpy(),
-    }
+    return speech(
+        hf, chat, THINKER_TOKENS, FRAMES, sample=sample, eos_at=eos_at, seed=SEED, **media
+    )
 
 
 def chunks(ref: dict[str, Any], pieces: int) -> list[dict[str, Any]]:
