@@ -146,3 +146,30 @@ def test_more_sessions_than_slots_are_served_by_closing_the_least_recent_idle_on
 
     done, live = asyncio.run(go())
     assert done == ["completed"] * (SLOTS + 2) and live <= SLOTS
+
+
+def test_spoken_turns_are_appended_as_audio(engine):
+    """Two spoken turns (a speech clip each) in one live request: each is prefilled once, as
+    the audio encoder's placeholder tokens (~25 per second), not re-prefilled by the next."""
+    from omni_duplex.audio import encode_pcm16, resample
+    from omni_duplex.vad_eval import CLIP_DIR, RATE, load_speech
+
+    (clip,) = load_speech(CLIP_DIR, "speech_question.wav")
+    pcm = encode_pcm16(resample(clip, RATE, 24_000))
+
+    async def go():
+        s = await engine.open_session(TEXT)
+        prefill = []
+        for _ in range(2):
+            before = (await state(engine))["prefilled_tokens"]
+            s.send(P.AppendAudio(audio=pcm))
+            s.send(P.Commit(create_response=True))
+            done = (await until(s, P.RESPONSE_DONE))[-1]
+            assert done.data["status"] == "completed", done.data
+            prefill.append((await state(engine))["prefilled_tokens"] - before)
+        await s.close()
+        return prefill
+
+    first, second = asyncio.run(go())
+    assert second >= 20  # the clip's audio tokens (a text note would be a few tokens)
+    assert second < first  # the second turn did not re-prefill the first one
