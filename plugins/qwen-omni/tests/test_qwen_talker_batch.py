@@ -134,3 +134,6 @@ def test_speech_bench_compares_the_talker_batched_and_not():
 
     assert talker_options(pipeline(None, max_batch=1)) == {"max_batch": 1}
     assert "max_batch" not in talker_options(pipeline(None))  # the engine's default: batched
+    codes_out = pipeline(None, token2wav=False)  # --no-token2wav: the talker's codes are final
+    assert [s.name for s in codes_out.stages] == ["thinker", "talker"]
+    assert codes_out.stages[1].final_output and codes_out.stages[1].final_output_type == "tokens"

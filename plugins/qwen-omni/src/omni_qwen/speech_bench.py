@@ -16,6 +16,8 @@ to 16 tokens; greedy, token2wav seeded.
 once, ``--runs`` rounds, requests/s = C / the round's wall time) with the talker batching its
 decode steps (``options.max_batch``, the default) and without (``max_batch: 1``: a forward per
 request, as before issue 27 item 6): two engines, their rounds alternated, the same load for both.
+``--no-token2wav``: the pipeline ends at the talker (its codes the final output), so the rate is
+the thinker's and the talker's, without the vocoder's whole-utterance decode.
 """
 
 from __future__ import annotations
@@ -87,17 +89,20 @@ async def level(engine: Any, codes: int, stream: bool, concurrency: int) -> list
 
 
 def pipeline(
-    first_chunk: list[int] | None, lookahead: bool = False, max_batch: int | None = None
+    first_chunk: list[int] | None,
+    lookahead: bool = False,
+    max_batch: int | None = None,
+    token2wav: bool = True,
 ) -> Any:
     """``qwen2.5-omni`` on the tiny checkpoint, its token2wav's first chunk and its talker's
-    ``max_batch`` as given."""
+    ``max_batch`` as given; without ``token2wav`` it ends at the talker (codes out)."""
     from omni_core import PipelineConfig
 
     config = omni_pipeline(TINY_MODEL)
     stream: dict[str, Any] = {"first_lookahead": True} if lookahead else {}
     if first_chunk:
         stream.update(first_chunk_frames=first_chunk[0], first_right_context=first_chunk[1])
-    if not stream and max_batch is None:
+    if not stream and max_batch is None and token2wav:
         return config
     data = config.model_dump(exclude_unset=True)
     stages = {s["name"]: s for s in data["stages"]}
@@ -106,28 +111,40 @@ def pipeline(
     if max_batch is not None:
         options = stages["talker"]["engine_args"].setdefault("options", {})
         options["max_batch"] = max_batch
+    if not token2wav:
+        data["stages"].remove(stages["token2wav"])
+        stages["talker"].update(final_output=True, final_output_type="tokens")
     return PipelineConfig.from_dict(data, source=config.source)
 
 
 async def rate(engine: Any, codes: int, concurrency: int) -> float:
-    """Requests/s of one round: ``concurrency`` whole-utterance requests at once."""
+    """Requests/s of one round: ``concurrency`` whole-utterance requests at once, each read to
+    its end."""
+
+    async def request() -> None:
+        async for out in engine.generate(PROMPT, sampling_params=params(codes, False)):
+            if out.error is not None:
+                raise RuntimeError(out.error.message)
+
     start = time.perf_counter()
-    await level(engine, codes, False, concurrency)
+    await asyncio.gather(*(request() for _ in range(concurrency)))
     return concurrency / (time.perf_counter() - start)
 
 
-def throughput(codes: int, levels: list[int], runs: int) -> None:
+def throughput(codes: int, levels: list[int], runs: int, token2wav: bool = True) -> None:
     """Requests/s with and without talker batching, the two engines' rounds alternated."""
     from omni_core import AsyncOmniEngine, OmniSettings
 
     modes = {"one forward per request (max_batch 1)": 1, "batched (default)": None}
     engines = {
-        name: AsyncOmniEngine(pipeline(None, max_batch=n), settings=OmniSettings())
+        name: AsyncOmniEngine(
+            pipeline(None, max_batch=n, token2wav=token2wav), settings=OmniSettings()
+        )
         for name, n in modes.items()
     }
     try:
         for engine in engines.values():
-            asyncio.run(level(engine, 24, False, 2))  # warm-up
+            asyncio.run(rate(engine, 24, 2))  # warm-up
         print("| talker | C | requests/s (median of rounds) | rounds |")
         print("|---|---|---|---|")
         for c in levels:
@@ -159,9 +176,12 @@ def main(argv: list[str] | None = None) -> None:
         metavar="C",
         help="requests/s at these concurrencies (default 8 16), talker batched vs not",
     )
+    parser.add_argument(
+        "--no-token2wav", action="store_true", help="--throughput of thinker + talker only"
+    )
     args = parser.parse_args(argv)
     if args.throughput is not None:
-        throughput(args.codes, args.throughput or [8, 16], args.runs)
+        throughput(args.codes, args.throughput or [8, 16], args.runs, not args.no_token2wav)
         return
     engine = AsyncOmniEngine(pipeline(args.first_chunk, args.lookahead), settings=OmniSettings())
     try:
