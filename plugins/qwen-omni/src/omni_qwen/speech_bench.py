@@ -117,12 +117,15 @@ def pipeline(
     return PipelineConfig.from_dict(data, source=config.source)
 
 
-async def rate(engine: Any, codes: int, concurrency: int) -> float:
+async def rate(engine: Any, codes: int, concurrency: int, token2wav: bool = True) -> float:
     """Requests/s of one round: ``concurrency`` whole-utterance requests at once, each read to
     its end."""
+    sampling = params(codes, False)
+    if not token2wav:
+        del sampling["token2wav"]
 
     async def request() -> None:
-        async for out in engine.generate(PROMPT, sampling_params=params(codes, False)):
+        async for out in engine.generate(PROMPT, sampling_params=sampling):
             if out.error is not None:
                 raise RuntimeError(out.error.message)
 
@@ -144,14 +147,14 @@ def throughput(codes: int, levels: list[int], runs: int, token2wav: bool = True)
     }
     try:
         for engine in engines.values():
-            asyncio.run(rate(engine, 24, 2))  # warm-up
+            asyncio.run(rate(engine, 24, 2, token2wav))  # warm-up
         print("| talker | C | requests/s (median of rounds) | rounds |")
         print("|---|---|---|---|")
         for c in levels:
             got: dict[str, list[float]] = {name: [] for name in engines}
             for _ in range(runs):
                 for name, engine in engines.items():
-                    got[name].append(asyncio.run(rate(engine, codes, c)))
+                    got[name].append(asyncio.run(rate(engine, codes, c, token2wav)))
             for name, rates in got.items():
                 shown = ", ".join(f"{r:.2f}" for r in rates)
                 print(f"| {name} | {c} | {statistics.median(rates):.2f} | {shown} |", flush=True)
