@@ -41,10 +41,10 @@ def test_registered_by_the_plugin(tmp_path):
 
 def test_requests_reach_qwen3_omnis_stages_streamed_and_whole_interleaved():
     fake = FakeEngine()
-    got = measure(_Qwen3Engine(fake), 24, (1, 4), 1)
+    got = measure(_Qwen3Engine(fake), 24, (1, 4), 2)  # at least 2 requests per level and mode
     assert {k: len(v) for k, v in got.items()} == {
-        (1, False): 1,
-        (1, True): 1,
+        (1, False): 2,
+        (1, True): 2,
         (4, False): 4,
         (4, True): 4,
     }
@@ -55,7 +55,7 @@ def test_requests_reach_qwen3_omnis_stages_streamed_and_whole_interleaved():
         assert params["talker"]["max_tokens"] == 24 and params["talker"]["temperature"] == 0.0
         assert "<|im_start|>assistant" in prompt
         streamed.append(params["code2wav"]["extra"]["audio_stream"])
-    assert streamed == [False, True] + [False] * 4 + [True] * 4
+    assert streamed == [False, True, False, True] + [False] * 4 + [True] * 4
 
 
 def test_a_request_without_audio_fails_the_run():

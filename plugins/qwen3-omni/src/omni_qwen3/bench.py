@@ -13,7 +13,9 @@ vocoder's generic ``extra["audio_stream"]`` option); :class:`_Qwen3Engine` hands
 The two modes run on one engine, level by level and interleaved (the same load for both). Checks
 (a failure raises :class:`~omni_core.plugin.CheckFailed`): every request gets audio, and streamed
 and whole requests get the same duration of it (greedy: the same frames).
-``--quick``: C = 1 only, 24 frames (about a minute on a loaded 2-core machine).
+At least 5 requests per level and mode (C = 1: 5 rounds); 100 frames (8 s of speech) each.
+``--quick``: C = 1 only, one request per mode, 24 frames (under a minute on a loaded 2-core
+machine).
 """
 
 from __future__ import annotations
@@ -52,12 +54,13 @@ class _Qwen3Engine:
 
 
 def measure(
-    engine: Any, frames: int, levels: tuple[int, ...], runs: int
+    engine: Any, frames: int, levels: tuple[int, ...], requests: int
 ) -> dict[tuple[int, bool], list[Speech]]:
-    """Each (level, streamed) -> its requests' speech metrics, the modes interleaved."""
+    """Each (level, streamed) -> the speech metrics of at least ``requests`` requests (rounds of
+    C at once), the modes' rounds interleaved."""
     got: dict[tuple[int, bool], list[Speech]] = {}
     for c in levels:
-        for _ in range(runs):
+        for _ in range(-(-requests // c)):
             for stream in MODES:
                 try:
                     speech = asyncio.run(level(engine, frames, stream, c))
@@ -100,17 +103,18 @@ def bench_qwen3_omni(
     quick: bool,
     levels: tuple[int, ...] | None = None,
     frames: int | None = None,
-    runs: int = 1,
+    requests: int | None = None,
 ) -> list[Row]:
-    """The rows of ``omni bench qwen3-omni`` (``levels``, ``frames``, ``runs``: rounds per
-    level, to shorten or lengthen a run from Python)."""
+    """The rows of ``omni bench qwen3-omni`` (``levels``, ``frames`` and ``requests``, the least
+    per level and mode, to shorten or lengthen a run from Python)."""
     levels = levels or ((1,) if quick else LEVELS)
     frames = frames or (24 if quick else 100)
+    requests = requests or (1 if quick else 5)
     engine = AsyncOmniEngine(omni_pipeline(), settings=OmniSettings())
     try:
         qwen3 = _Qwen3Engine(engine)
         measure(qwen3, 8, (1,), 1)  # warm-up: both modes
-        got = measure(qwen3, frames, levels, runs)
+        got = measure(qwen3, frames, levels, requests)
     finally:
         engine.shutdown()
     check(got)
