@@ -8,7 +8,8 @@ caches differ in length): each request's codes equal transformers' talker's (``h
 the engine's with ``max_batch: 1`` (a forward per request), exact ids; so do their logits at
 every step, within float rounding batched (the codes of the tiny random talker alone hide a
 wrong mask or rope position; the logits do not), bitwise one at a time. The batched engine's
-decode forwards carry 2, then 3 requests.
+decode forwards carry 2, then 3 requests. Seeded sampling (each request its own generator) draws
+the same codes batched as one request at a time.
 """
 
 from __future__ import annotations
@@ -74,7 +75,9 @@ def max_diff(got: list[Any], want: list[Any]) -> float:
     return max(float(torch.max(torch.abs(g - w))) for g, w in zip(got, want, strict=True))
 
 
-def run_three(talker: Any, speeches: list[Any]) -> dict[str, list[int]]:
+def run_three(
+    talker: Any, speeches: list[Any], params: SamplingParams = GREEDY
+) -> dict[str, list[int]]:
     """Requests 0 and 1 at once, request 2 after four engine steps; every request's codes."""
     codes: dict[str, list[int]] = {}
 
@@ -83,7 +86,7 @@ def run_three(talker: Any, speeches: list[Any]) -> dict[str, list[int]]:
         request = SimpleNamespace(
             request_id=f"r{i}",
             prompt=prompt,
-            params=GREEDY,
+            params=params,
             streaming_input=False,
             stream_outputs=True,
         )
@@ -123,6 +126,15 @@ def test_batched_decode_codes_equal_one_request_at_a_time(tiny_qwen, speeches):
     for i, speech in enumerate(speeches):
         assert max_diff(single.logits[f"r{i}"], speech.logits) == 0.0
     assert {n for n, _ in single.shapes} == {1}
+
+
+def test_batched_seeded_sampling_draws_as_one_request_at_a_time(tiny_qwen, speeches):
+    seeded = SamplingParams(temperature=0.9, top_k=40, top_p=0.8, seed=7, max_tokens=12)
+    batched = engine(tiny_qwen, max_batch=64)
+    got = run_three(batched, speeches, seeded)
+    assert 3 in [n for n, positions in batched.shapes if positions == 1]
+    assert got == run_three(engine(tiny_qwen, max_batch=1), speeches, seeded)
+    assert all(got[f"r{i}"] != s.codes[:12] for i, s in enumerate(speeches))  # drawn, not argmax
 
 
 def test_speech_bench_compares_the_talker_batched_and_not():
