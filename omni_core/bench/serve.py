@@ -34,15 +34,24 @@ log = logging.getLogger(__name__)
 
 MODEL = "tiny-chat"
 MAX_MODEL_LEN = 512
-PIPE = f"""
-name: {MODEL}
+
+
+def thinker_pipe(name: str, **engine_args: object) -> str:
+    """A one-stage pipeline's YAML: the tiny thinker on vLLM as ``name``, with ``engine_args``
+    after its model (also the served pipeline of the OpenAI tests under tests/kinds)."""
+    args = ", ".join(f"{k}: {v}" for k, v in {"model": "tiny-thinker", **engine_args}.items())
+    return f"""
+name: {name}
 stages:
   - id: 0
     name: thinker
     kind: vllm
-    engine_args: {{model: tiny-thinker, max_model_len: {MAX_MODEL_LEN}, dtype: float32}}
+    engine_args: {{{args}}}
     final_output: true
 """
+
+
+PIPE = thinker_pipe(MODEL, max_model_len=MAX_MODEL_LEN, dtype="float32")
 ENDPOINTS = {
     "completions": ("openai", "/v1/completions"),
     "chat": ("openai-chat", "/v1/chat/completions"),

@@ -19,18 +19,9 @@ import pytest
 
 from omni_core.config.settings import OmniSettings
 from omni_core.models import resolve_model
-from tests.serve.conftest import free_port, running_server
+from tests.kinds.openai_helpers import MODEL, client_of, omni_client
+from tests.serve.conftest import free_port
 
-MODEL = "tiny-chat"
-PIPE = f"""
-name: {MODEL}
-stages:
-  - id: 0
-    name: thinker
-    kind: vllm
-    engine_args: {{model: tiny-thinker, max_model_len: 512, tool_call_parser: hermes}}
-    final_output: true
-"""
 TOL = 1e-4
 pytestmark = pytest.mark.timeout(300)  # two servers start (slow under load)
 MESSAGES = [
@@ -79,17 +70,14 @@ def vllm_base():
 
 
 @pytest.fixture(scope="module")
-def omni_base():
-    with running_server(PIPE) as (base, _, _):
-        yield base
+def omni():
+    with omni_client(timeout=120) as made:
+        yield made
 
 
 @pytest.fixture(scope="module")
-def clients(vllm_base, omni_base):
-    def make(base: str) -> openai.OpenAI:
-        return openai.OpenAI(base_url=f"{base}/v1", api_key="x", max_retries=0, timeout=120)
-
-    return make(vllm_base), make(omni_base)
+def clients(vllm_base, omni):
+    return client_of(vllm_base, timeout=120), omni
 
 
 def both(clients, call):

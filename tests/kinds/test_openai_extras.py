@@ -11,16 +11,16 @@ import jsonschema
 import openai
 import pytest
 
-from tests.kinds.test_openai_differential import MESSAGES, MODEL, PIPE
-from tests.serve.conftest import running_server
+from tests.kinds.openai_helpers import MODEL, omni_client
+from tests.kinds.test_openai_differential import MESSAGES
 
 pytestmark = pytest.mark.timeout(300)  # the module starts one real vLLM stage (slow under load)
 
 
 @pytest.fixture(scope="module")
 def client():
-    with running_server(PIPE) as (base, _, _):
-        yield openai.OpenAI(base_url=f"{base}/v1", api_key="x", max_retries=0, timeout=60)
+    with omni_client(timeout=60) as made:
+        yield made
 
 
 def chat(client, **fields):

@@ -10,20 +10,10 @@ import json
 import openai
 import pytest
 
-from tests.kinds.test_openai_differential import MODEL
-from tests.serve.conftest import running_server
+from tests.kinds.openai_helpers import MODEL, omni_client
 
 pytestmark = pytest.mark.timeout(300)  # the module starts one real vLLM stage (slow under load)
 
-PIPE = f"""
-name: {MODEL}
-stages:
-  - id: 0
-    name: thinker
-    kind: vllm
-    engine_args: {{model: tiny-thinker, max_model_len: 512, tool_call_parser: hermes}}
-    final_output: true
-"""
 CITIES = ["Paris", "Rome"]
 TOOLS = [
     {
@@ -58,8 +48,8 @@ ASK = [{"role": "user", "content": "what is the weather in Paris?"}]
 
 @pytest.fixture(scope="module")
 def client():
-    with running_server(PIPE) as (base, _, _):
-        yield openai.OpenAI(base_url=f"{base}/v1", api_key="x", max_retries=0, timeout=120)
+    with omni_client(timeout=120) as made:
+        yield made
 
 
 def ask(client, stream, **fields):
