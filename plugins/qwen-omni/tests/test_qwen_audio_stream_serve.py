@@ -8,15 +8,12 @@ talker's first 48 codes to be voiced before it ends."""
 
 from __future__ import annotations
 
-import base64
 import itertools
 
-import openai
 import pytest
 from omni_qwen.pipelines import omni_pipeline
 
-from omni_core import OmniSettings
-from omni_core.testing.server import running_server
+from omni_core.testing.speech import served_openai_client, streamed_speech
 
 CHAT = [{"role": "user", "content": "Tell me about the sea."}]
 TOKENS = 450  # measured (loaded 2-core machine): first audio 0.9 s, last transcript 2.3 s
@@ -24,39 +21,14 @@ TOKENS = 450  # measured (loaded 2-core machine): first audio 0.9 s, last transc
 
 @pytest.fixture(scope="module")
 def served(tiny_qwen, qwen_cache):
-    settings = OmniSettings(cache_dir=qwen_cache, startup_timeout_s=600.0, shutdown_timeout_s=5)
-    with running_server(omni_pipeline(), settings=settings, entry_points=True) as (base, _, m):
-        client = openai.OpenAI(base_url=f"{base}/v1", api_key="x", max_retries=0, timeout=300)
-        yield client, m
+    with served_openai_client(omni_pipeline(), qwen_cache) as (client, metrics):
+        yield client, metrics
 
 
 def test_audio_deltas_arrive_before_the_last_transcript_delta(served):
     client, metrics = served
-    stream = client.chat.completions.create(
-        model="qwen2.5-omni",
-        messages=CHAT,
-        modalities=["text", "audio"],
-        audio={"voice": "Chelsie", "format": "pcm16"},
-        max_tokens=TOKENS,
-        seed=0,
-        stream=True,
-        extra_body={"min_tokens": TOKENS},
-    )
-    kinds: list[str] = []  # "audio" / "text", in arrival order
-    pcm = b""
-    for chunk in stream:
-        if not chunk.choices:
-            continue
-        audio = chunk.choices[0].delta.audio
-        if audio is None:
-            continue
-        data = audio.get("data") if isinstance(audio, dict) else getattr(audio, "data", None)
-        said = audio.get("transcript") if isinstance(audio, dict) else audio.transcript
-        if data:
-            kinds.append("audio")
-            pcm += base64.b64decode(data)
-        if said:
-            kinds.append("text")
+    # kinds: "audio" / "text", in arrival order
+    kinds, pcm = streamed_speech(client, "qwen2.5-omni", "Chelsie", TOKENS, CHAT)
     last_text = len(kinds) - 1 - kinds[::-1].index("text")
     runs = [(k, len(list(g))) for k, g in itertools.groupby(kinds)]
     assert "audio" in kinds[:last_text], runs  # speech while the transcript was still coming
