@@ -58,25 +58,64 @@ def thinker_engine_args(model: str = TINY_MODEL, hidden_states: bool = False) ->
     return args
 
 
+def thinker_stage(engine_args: dict[str, Any]) -> dict[str, Any]:
+    """The thinker's stage (id 0) of a Qwen-Omni pipeline: vLLM, greedy 64 tokens unless a
+    request says, final text (omni-qwen3's pipelines use it too)."""
+    return {
+        "id": 0,
+        "name": "thinker",
+        "kind": "vllm",
+        "engine_args": engine_args,
+        "sampling_params": {"max_tokens": 64, "temperature": 0.0},
+        "final_output": True,
+        "final_output_type": "text",
+    }
+
+
+def qwen_pipeline(
+    name: str, plugin: str, stages: list[dict[str, Any]], package: str
+) -> PipelineConfig:
+    """A pipeline named ``name`` that needs ``plugin`` (its source names ``package``)."""
+    return PipelineConfig.from_dict(
+        {"name": name, "requires_plugins": [plugin], "stages": stages},
+        source=f"<pipeline {name} ({package})>",
+    )
+
+
+def speech_stages(
+    thinker: dict[str, Any],
+    talker: dict[str, Any],
+    vocoder: str,
+    vocoder_args: dict[str, Any],
+    chunk: int,
+    edge: str,
+) -> list[dict[str, Any]]:
+    """Thinker → talker → vocoder stages (omni-qwen3's pipeline uses them too): ``thinker`` its
+    vLLM ``engine_args``, ``talker`` ``{"engine_args", "bridge", "sampling_params"}``, the
+    ``vocoder`` stage's name, ``engine_args`` and ``chunk`` (the talker's codes per hop; final
+    audio); ``edge``: how the talker follows the thinker, ``stream`` or ``on_finish``."""
+    if edge not in ("stream", "on_finish"):
+        raise ValueError(f"edge must be 'stream' or 'on_finish', not {edge!r}")
+    return [
+        thinker_stage(thinker),
+        {"id": 1, "name": "talker", "kind": "torch", "inputs": [{"stage": 0, "mode": edge}]}
+        | talker,
+        {
+            "id": 2,
+            "name": vocoder,
+            "kind": "torch",
+            "engine_args": vocoder_args,
+            "inputs": [{"stage": 1, "mode": "stream", "chunk": chunk}],
+            "final_output": True,
+            "final_output_type": "audio",
+        },
+    ]
+
+
 def thinker_pipeline() -> PipelineConfig:
     """One vLLM stage: text, audio and image in, text out (greedy unless a request says)."""
-    return PipelineConfig.from_dict(
-        {
-            "name": THINKER_PIPELINE,
-            "requires_plugins": ["qwen"],
-            "stages": [
-                {
-                    "id": 0,
-                    "name": "thinker",
-                    "kind": "vllm",
-                    "engine_args": thinker_engine_args(),
-                    "sampling_params": {"max_tokens": 64, "temperature": 0.0},
-                    "final_output": True,
-                    "final_output_type": "text",
-                }
-            ],
-        },
-        source=f"<pipeline {THINKER_PIPELINE} (omni-qwen)>",
+    return qwen_pipeline(
+        THINKER_PIPELINE, "qwen", [thinker_stage(thinker_engine_args())], "omni-qwen"
     )
 
 
@@ -84,43 +123,14 @@ def omni_pipeline(model: str = TINY_MODEL, edge: str = "stream") -> PipelineConf
     """Thinker → talker → token2wav on one Qwen2.5-Omni checkpoint (``model``: a registered
     name, a local directory or a hub id). ``edge``: how the talker follows the thinker,
     ``stream`` (token by token, one token behind) or ``on_finish`` (once the reply is whole)."""
-    if edge not in ("stream", "on_finish"):
-        raise ValueError(f"edge must be 'stream' or 'on_finish', not {edge!r}")
-    return PipelineConfig.from_dict(
-        {
-            "name": PIPELINE,
-            "requires_plugins": ["qwen"],
-            "stages": [
-                {
-                    "id": 0,
-                    "name": "thinker",
-                    "kind": "vllm",
-                    "engine_args": thinker_engine_args(model, hidden_states=True),
-                    "sampling_params": {"max_tokens": 64, "temperature": 0.0},
-                    "final_output": True,
-                    "final_output_type": "text",
-                },
-                {
-                    "id": 1,
-                    "name": "talker",
-                    "kind": "torch",
-                    "engine_args": {"engine": "omni_qwen.talker:build", "model": model},
-                    "inputs": [{"stage": 0, "mode": edge}],
-                    "bridge": TALKER_BRIDGE,
-                    "sampling_params": dict(TALKER_SAMPLING),
-                },
-                {
-                    "id": 2,
-                    "name": "token2wav",
-                    "kind": "torch",
-                    "engine_args": {"engine": "omni_qwen.token2wav:build", "model": model},
-                    # the talker's codes as it speaks: a request with extra.audio_stream is
-                    # voiced chunk by chunk (omni_qwen.stream_wav), others once they are whole
-                    "inputs": [{"stage": 1, "mode": "stream", "chunk": TOKEN2WAV_EDGE_CHUNK}],
-                    "final_output": True,
-                    "final_output_type": "audio",
-                },
-            ],
-        },
-        source=f"<pipeline {PIPELINE} (omni-qwen)>",
-    )
+    talker = {
+        "engine_args": {"engine": "omni_qwen.talker:build", "model": model},
+        "bridge": TALKER_BRIDGE,
+        "sampling_params": dict(TALKER_SAMPLING),
+    }
+    # the talker's codes as they come: a request with extra.audio_stream is voiced chunk by
+    # chunk (omni_qwen.stream_wav), others once they are whole
+    token2wav = {"engine": "omni_qwen.token2wav:build", "model": model}
+    thinker = thinker_engine_args(model, hidden_states=True)
+    stages = speech_stages(thinker, talker, "token2wav", token2wav, TOKEN2WAV_EDGE_CHUNK, edge)
+    return qwen_pipeline(PIPELINE, "qwen", stages, "omni-qwen")

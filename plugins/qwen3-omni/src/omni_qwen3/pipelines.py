@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from omni_qwen.pipelines import qwen_pipeline, speech_stages, thinker_stage
+
 from omni_core import PipelineConfig
 from omni_qwen3.build import ACCEPT_LAYER  # tiny-qwen3-omni's (the real model's: 24)
 
@@ -45,24 +47,8 @@ def thinker_engine_args(model: str = TINY_MODEL, hidden_layer: int | None = None
 
 def thinker_pipeline(model: str = TINY_MODEL) -> PipelineConfig:
     """One vLLM stage: text, audio and image in, text out (greedy unless a request says)."""
-    return PipelineConfig.from_dict(
-        {
-            "name": THINKER_PIPELINE,
-            "requires_plugins": ["qwen3"],
-            "stages": [
-                {
-                    "id": 0,
-                    "name": "thinker",
-                    "kind": "vllm",
-                    "engine_args": thinker_engine_args(model),
-                    "sampling_params": {"max_tokens": 64, "temperature": 0.0},
-                    "final_output": True,
-                    "final_output_type": "text",
-                }
-            ],
-        },
-        source=f"<pipeline {THINKER_PIPELINE} (omni-qwen3)>",
-    )
+    stages = [thinker_stage(thinker_engine_args(model))]
+    return qwen_pipeline(THINKER_PIPELINE, "qwen3", stages, "omni-qwen3")
 
 
 # The talker's sampling defaults: transformers' generate() (talker_* arguments), with a cap on
@@ -84,41 +70,12 @@ def omni_pipeline(
     registered name, a local directory or a hub id; ``hidden_layer``: its talker's
     ``accept_hidden_layer``). ``edge``: how the talker follows the thinker, ``stream`` (as the
     thinker speaks, two tokens behind) or ``on_finish`` (once the reply is whole)."""
-    if edge not in ("stream", "on_finish"):
-        raise ValueError(f"edge must be 'stream' or 'on_finish', not {edge!r}")
-    return PipelineConfig.from_dict(
-        {
-            "name": PIPELINE,
-            "requires_plugins": ["qwen3"],
-            "stages": [
-                {
-                    "id": 0,
-                    "name": "thinker",
-                    "kind": "vllm",
-                    "engine_args": thinker_engine_args(model, hidden_layer=hidden_layer),
-                    "sampling_params": {"max_tokens": 64, "temperature": 0.0},
-                    "final_output": True,
-                    "final_output_type": "text",
-                },
-                {
-                    "id": 1,
-                    "name": "talker",
-                    "kind": "torch",
-                    "engine_args": {"engine": "omni_qwen3.talker:build", "model": model},
-                    "inputs": [{"stage": 0, "mode": edge}],
-                    "bridge": TALKER_BRIDGE,
-                    "sampling_params": dict(TALKER_SAMPLING),
-                },
-                {
-                    "id": 2,
-                    "name": "code2wav",
-                    "kind": "torch",
-                    "engine_args": {"engine": "omni_qwen3.vocoder:build", "model": model},
-                    "inputs": [{"stage": 1, "mode": "stream", "chunk": CODE2WAV_EDGE_CHUNK}],
-                    "final_output": True,
-                    "final_output_type": "audio",
-                },
-            ],
-        },
-        source=f"<pipeline {PIPELINE} (omni-qwen3)>",
-    )
+    talker = {
+        "engine_args": {"engine": "omni_qwen3.talker:build", "model": model},
+        "bridge": TALKER_BRIDGE,
+        "sampling_params": dict(TALKER_SAMPLING),
+    }
+    code2wav = {"engine": "omni_qwen3.vocoder:build", "model": model}
+    thinker = thinker_engine_args(model, hidden_layer=hidden_layer)
+    stages = speech_stages(thinker, talker, "code2wav", code2wav, CODE2WAV_EDGE_CHUNK, edge)
+    return qwen_pipeline(PIPELINE, "qwen3", stages, "omni-qwen3")
