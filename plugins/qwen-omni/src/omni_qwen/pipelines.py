@@ -11,6 +11,7 @@ whose path depends on where this package is installed.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from omni_core import PipelineConfig
@@ -82,34 +83,57 @@ def qwen_pipeline(
     )
 
 
-def speech_stages(
-    thinker: dict[str, Any],
-    talker: dict[str, Any],
-    vocoder: str,
-    vocoder_args: dict[str, Any],
-    chunk: int,
-    edge: str,
-) -> list[dict[str, Any]]:
-    """Thinker → talker → vocoder stages (omni-qwen3's pipeline uses them too): ``thinker`` its
-    vLLM ``engine_args``, ``talker`` ``{"engine_args", "bridge", "sampling_params"}``, the
-    ``vocoder`` stage's name, ``engine_args`` and ``chunk`` (the talker's codes per hop; final
-    audio); ``edge``: how the talker follows the thinker, ``stream`` or ``on_finish``."""
-    if edge not in ("stream", "on_finish"):
-        raise ValueError(f"edge must be 'stream' or 'on_finish', not {edge!r}")
-    return [
-        thinker_stage(thinker),
-        {"id": 1, "name": "talker", "kind": "torch", "inputs": [{"stage": 0, "mode": edge}]}
-        | talker,
-        {
-            "id": 2,
-            "name": vocoder,
-            "kind": "torch",
-            "engine_args": vocoder_args,
-            "inputs": [{"stage": 1, "mode": "stream", "chunk": chunk}],
-            "final_output": True,
-            "final_output_type": "audio",
-        },
-    ]
+@dataclass(frozen=True)
+class SpeechStages:
+    """The talker and vocoder stages that follow a thinker (omni-qwen3's pipeline uses it too):
+    the talker's engine (``module:build``), bridge and sampling defaults; the vocoder stage's
+    name, engine and ``chunk`` (the talker's codes per hop; final audio)."""
+
+    talker: str
+    bridge: str
+    sampling: dict[str, Any]
+    vocoder: str
+    vocoder_engine: str
+    chunk: int
+
+    def stages(self, model: str, thinker: dict[str, Any], edge: str) -> list[dict[str, Any]]:
+        """Thinker (``thinker``: its vLLM ``engine_args``) → talker → vocoder on ``model``;
+        ``edge``: how the talker follows the thinker, ``stream`` or ``on_finish``."""
+        if edge not in ("stream", "on_finish"):
+            raise ValueError(f"edge must be 'stream' or 'on_finish', not {edge!r}")
+        return [
+            thinker_stage(thinker),
+            {
+                "id": 1,
+                "name": "talker",
+                "kind": "torch",
+                "engine_args": {"engine": self.talker, "model": model},
+                "inputs": [{"stage": 0, "mode": edge}],
+                "bridge": self.bridge,
+                "sampling_params": dict(self.sampling),
+            },
+            {
+                "id": 2,
+                "name": self.vocoder,
+                "kind": "torch",
+                "engine_args": {"engine": self.vocoder_engine, "model": model},
+                "inputs": [{"stage": 1, "mode": "stream", "chunk": self.chunk}],
+                "final_output": True,
+                "final_output_type": "audio",
+            },
+        ]
+
+
+# token2wav gets the talker's codes as they come: a request with extra.audio_stream is voiced
+# chunk by chunk (omni_qwen.stream_wav), others once they are whole
+SPEECH = SpeechStages(
+    "omni_qwen.talker:build",
+    TALKER_BRIDGE,
+    TALKER_SAMPLING,
+    "token2wav",
+    "omni_qwen.token2wav:build",
+    TOKEN2WAV_EDGE_CHUNK,
+)
 
 
 def thinker_pipeline() -> PipelineConfig:
@@ -123,14 +147,5 @@ def omni_pipeline(model: str = TINY_MODEL, edge: str = "stream") -> PipelineConf
     """Thinker → talker → token2wav on one Qwen2.5-Omni checkpoint (``model``: a registered
     name, a local directory or a hub id). ``edge``: how the talker follows the thinker,
     ``stream`` (token by token, one token behind) or ``on_finish`` (once the reply is whole)."""
-    talker = {
-        "engine_args": {"engine": "omni_qwen.talker:build", "model": model},
-        "bridge": TALKER_BRIDGE,
-        "sampling_params": dict(TALKER_SAMPLING),
-    }
-    # the talker's codes as they come: a request with extra.audio_stream is voiced chunk by
-    # chunk (omni_qwen.stream_wav), others once they are whole
-    token2wav = {"engine": "omni_qwen.token2wav:build", "model": model}
-    thinker = thinker_engine_args(model, hidden_states=True)
-    stages = speech_stages(thinker, talker, "token2wav", token2wav, TOKEN2WAV_EDGE_CHUNK, edge)
+    stages = SPEECH.stages(model, thinker_engine_args(model, hidden_states=True), edge)
     return qwen_pipeline(PIPELINE, "qwen", stages, "omni-qwen")

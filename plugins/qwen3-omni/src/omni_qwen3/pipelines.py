@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from omni_qwen.pipelines import qwen_pipeline, speech_stages, thinker_stage
+from omni_qwen.pipelines import SpeechStages, qwen_pipeline, thinker_stage
 
 from omni_core import PipelineConfig
 from omni_qwen3.build import ACCEPT_LAYER  # tiny-qwen3-omni's (the real model's: 24)
@@ -63,6 +63,16 @@ TALKER_SAMPLING = {
 }
 
 
+SPEECH = SpeechStages(
+    "omni_qwen3.talker:build",
+    TALKER_BRIDGE,
+    TALKER_SAMPLING,
+    "code2wav",
+    "omni_qwen3.vocoder:build",
+    CODE2WAV_EDGE_CHUNK,
+)
+
+
 def omni_pipeline(
     model: str = TINY_MODEL, edge: str = "stream", hidden_layer: int = ACCEPT_LAYER
 ) -> PipelineConfig:
@@ -70,12 +80,5 @@ def omni_pipeline(
     registered name, a local directory or a hub id; ``hidden_layer``: its talker's
     ``accept_hidden_layer``). ``edge``: how the talker follows the thinker, ``stream`` (as the
     thinker speaks, two tokens behind) or ``on_finish`` (once the reply is whole)."""
-    talker = {
-        "engine_args": {"engine": "omni_qwen3.talker:build", "model": model},
-        "bridge": TALKER_BRIDGE,
-        "sampling_params": dict(TALKER_SAMPLING),
-    }
-    code2wav = {"engine": "omni_qwen3.vocoder:build", "model": model}
-    thinker = thinker_engine_args(model, hidden_layer=hidden_layer)
-    stages = speech_stages(thinker, talker, "code2wav", code2wav, CODE2WAV_EDGE_CHUNK, edge)
+    stages = SPEECH.stages(model, thinker_engine_args(model, hidden_layer=hidden_layer), edge)
     return qwen_pipeline(PIPELINE, "qwen3", stages, "omni-qwen3")
