@@ -1,0 +1,44 @@
+"""Prompts for the tiny Qwen-Omni checkpoints, shared by omni-qwen's and omni-qwen3's tests: a text
+chat, a 1 s 440 Hz sine + text chat, a gradient image + text chat, and transformers' rendering of a
+chat (numpy always; PIL only when an image is made)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+SAMPLE_RATE = 16000
+
+TEXT_CHAT = [{"role": "user", "content": [{"type": "text", "text": "Hello, who are you?"}]}]
+AUDIO_CHAT = [
+    {
+        "role": "user",
+        "content": [{"type": "audio"}, {"type": "text", "text": "What do you hear?"}],
+    }
+]
+IMAGE_CHAT = [
+    {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Describe it."}]}
+]
+
+
+def sine(seconds: float = 1.0, hz: float = 440.0) -> np.ndarray:
+    """A ``hz`` sine of ``seconds`` at :data:`SAMPLE_RATE`, amplitude 0.5, float32."""
+    t = np.arange(int(SAMPLE_RATE * seconds), dtype=np.float64) / SAMPLE_RATE
+    return (0.5 * np.sin(2 * np.pi * hz * t)).astype(np.float32)
+
+
+def gradient(side: int) -> Any:
+    """A ``side`` x ``side`` RGB gradient image (PIL)."""
+    from PIL import Image
+
+    pixels = (np.arange(side * side * 3).reshape(side, side, 3) % 255).astype(np.uint8)
+    return Image.fromarray(pixels)
+
+
+def hf_inputs(hf: Any, chat: list[dict[str, Any]], **media: Any) -> tuple[str, Any]:
+    """transformers' rendering of ``chat`` and its processor inputs (``hf``: the tests'
+    ``(processor, model)``)."""
+    proc, _ = hf
+    text = proc.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
+    return text, proc(text=text, return_tensors="pt", **media)
