@@ -12,6 +12,7 @@ from omni_qwen.prompts import (  # noqa: F401 (the tests import them from here)
     gradient,
     hf_inputs,
     sine,
+    teacher_forced,
 )
 
 
@@ -51,20 +52,3 @@ def greedy(hf: Any, chat: list[dict[str, Any]], new_tokens: int, **media: Any) -
             thinker_max_new_tokens=new_tokens,
         )
     return text, inputs, out[0, inputs["input_ids"].shape[1] :].tolist()
-
-
-def teacher_forced(
-    hf: Any, chat: list[dict[str, Any]], generated: list[int], **media: Any
-) -> tuple[list[int], Any]:
-    """transformers' prompt ids and thinker hidden states over prompt + generated[:-1]."""
-    import torch
-
-    _, inputs = hf_inputs(hf, chat, **media)
-    prompt = inputs["input_ids"][0].tolist()
-    ids = torch.tensor([prompt + generated[:-1]])
-    forward = {k: v for k, v in inputs.items() if k not in ("input_ids", "attention_mask")}
-    with torch.no_grad():
-        out = hf[1].thinker(
-            input_ids=ids, attention_mask=torch.ones_like(ids), output_hidden_states=True, **forward
-        )
-    return prompt, out.hidden_states

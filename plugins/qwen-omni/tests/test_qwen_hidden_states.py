@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from omni_qwen.pipelines import thinker_engine_args
+from omni_qwen.pipelines import thinker_engine_args, thinker_stage
 from qwen_helpers import AUDIO_CHAT, SAMPLE_RATE, TEXT_CHAT, sine, teacher_forced
 
 from omni_core import AsyncOmniEngine, OmniSettings, PipelineConfig
@@ -39,15 +39,8 @@ def pipeline(**hidden: Any) -> dict[str, Any]:
     return {
         "name": "thinker-hidden",
         "stages": [
-            {
-                "id": 0,
-                "name": "thinker",
-                "kind": "vllm",
-                "engine_args": args,
-                "sampling_params": {"max_tokens": NEW_TOKENS, "temperature": 0.0},
-                "final_output": True,
-                "final_output_type": "text",
-            }
+            thinker_stage(args)
+            | {"sampling_params": {"max_tokens": NEW_TOKENS, "temperature": 0.0}}
         ],
     }
 

@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-import torch
+from omni_qwen.pipelines import thinker_stage
+from omni_qwen.prompts import teacher_forced
 from omni_qwen3.build import ACCEPT_LAYER
 from omni_qwen3.pipelines import thinker_engine_args
 from qwen3_helpers import (
@@ -25,7 +26,6 @@ from qwen3_helpers import (
     IMAGE_CHAT,
     IMAGE_TOKEN,
     SAMPLE_RATE,
-    hf_inputs,
     image,
     sine,
 )
@@ -51,15 +51,8 @@ def pipeline(layers: list[Any] | None = None) -> dict[str, Any]:
     return {
         "name": "qwen3-thinker-hidden",
         "stages": [
-            {
-                "id": 0,
-                "name": "thinker",
-                "kind": "vllm",
-                "engine_args": args,
-                "sampling_params": {"max_tokens": NEW_TOKENS, "temperature": 0.0},
-                "final_output": True,
-                "final_output_type": "text",
-            }
+            thinker_stage(args)
+            | {"sampling_params": {"max_tokens": NEW_TOKENS, "temperature": 0.0}}
         ],
     }
 
@@ -89,18 +82,6 @@ def run(engine, prompt: Any) -> tuple[list[int], list[int], dict[str, Any]]:
     return asyncio.run(go())
 
 
-def reference(hf, chat, generated: list[int], **media: Any) -> tuple[list[int], Any]:
-    _, inputs = hf_inputs(hf, chat, **media)
-    prompt = inputs["input_ids"][0].tolist()
-    ids = torch.tensor([prompt + generated[:-1]])
-    forward = {k: v for k, v in inputs.items() if k not in ("input_ids", "attention_mask")}
-    with torch.no_grad():
-        out = hf[1].thinker(
-            input_ids=ids, attention_mask=torch.ones_like(ids), output_hidden_states=True, **forward
-        )
-    return prompt, out.hidden_states
-
-
 @pytest.mark.parametrize(
     ("chat", "media", "token", "count"),
     [
@@ -113,7 +94,7 @@ def test_accept_layer_rows_equal_transformers_hidden_states(engine, hf3, chat, m
     text = hf3[0].apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
     ids, prompt, states = run(engine, {"prompt": text, "multi_modal_data": {media: data}})
     hf_media = {"audio": [data[0]]} if media == "audio" else {"images": [data]}
-    ref_prompt, ref = reference(hf3, chat, ids, **hf_media)
+    ref_prompt, ref = teacher_forced(hf3, chat, ids, **hf_media)
     assert prompt == ref_prompt and prompt.count(token) == count
     assert set(states) == {"embeddings", LAYER}
     rows = len(prompt) + len(ids) - 1

@@ -1,6 +1,6 @@
 """Prompts for the tiny Qwen-Omni checkpoints, shared by omni-qwen's and omni-qwen3's tests: a text
-chat, a 1 s 440 Hz sine + text chat, a gradient image + text chat, and transformers' rendering of a
-chat (numpy always; PIL only when an image is made)."""
+chat, a 1 s 440 Hz sine + text chat, a gradient image + text chat, transformers' rendering of a
+chat and its teacher-forced hidden states (numpy always; PIL only when an image is made)."""
 
 from __future__ import annotations
 
@@ -42,3 +42,20 @@ def hf_inputs(hf: Any, chat: list[dict[str, Any]], **media: Any) -> tuple[str, A
     proc, _ = hf
     text = proc.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
     return text, proc(text=text, return_tensors="pt", **media)
+
+
+def teacher_forced(
+    hf: Any, chat: list[dict[str, Any]], generated: list[int], **media: Any
+) -> tuple[list[int], Any]:
+    """transformers' prompt ids and thinker hidden states over prompt + generated[:-1]."""
+    import torch
+
+    _, inputs = hf_inputs(hf, chat, **media)
+    prompt = inputs["input_ids"][0].tolist()
+    ids = torch.tensor([prompt + generated[:-1]])
+    forward = {k: v for k, v in inputs.items() if k not in ("input_ids", "attention_mask")}
+    with torch.no_grad():
+        out = hf[1].thinker(
+            input_ids=ids, attention_mask=torch.ones_like(ids), output_hidden_states=True, **forward
+        )
+    return prompt, out.hidden_states
