@@ -1,18 +1,11 @@
-"""Prompts shared by the omni-qwen3 tests: text, a 1 s 440 Hz sine + text, a 64x64 image + text."""
+"""Helpers shared by the omni-qwen3 tests (the chats and the sine: omni_qwen.prompts): the tiny
+vocab's ids, a 64x64 image, transformers' greedy reply and speech."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from omni_qwen.prompts import (  # noqa: F401 (the tests import them from here)
-    AUDIO_CHAT,
-    IMAGE_CHAT,
-    SAMPLE_RATE,
-    TEXT_CHAT,
-    gradient,
-    hf_inputs,
-    sine,
-)
+from omni_qwen.prompts import gradient, hf_inputs
 
 IM_END = 4002
 AUDIO_TOKEN, IMAGE_TOKEN = 4032, 4012

@@ -11,7 +11,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from qwen3_helpers import AUDIO_CHAT, IM_END, TEXT_CHAT, sine, speech
+from omni_qwen.prompts import AUDIO_CHAT, TEXT_CHAT, sine
+from qwen3_helpers import IM_END, speech
 
 from omni_core.sampling import SamplingParams
 
