@@ -11,6 +11,8 @@ template and ``spk_dict.pt`` (Chelsie, Ethan). Sizes that must agree are checked
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -423,14 +425,8 @@ def build(out: Path) -> None:
     compat.install()
     import torch
     from transformers import Qwen2_5OmniForConditionalGeneration
-    from transformers.utils import logging as hf_logging
 
-    # transformers' config validation warns about the *real* default ids of sub-configs it
-    # builds while validating (151647...), and save_pretrained draws a progress bar: noise here.
-    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    try:
+    with quiet_transformers():
         out.mkdir(parents=True, exist_ok=True)
         tokenizer = build_tokenizer()
         config = build_config(user_token_id=tokenizer.convert_tokens_to_ids("user"))
@@ -440,6 +436,21 @@ def build(out: Path) -> None:
         model.save_pretrained(out, safe_serialization=True)
         build_processor(tokenizer).save_pretrained(out)
         torch.save(speakers(), out / "spk_dict.pt")
+
+
+@contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """transformers' logging at error level and no progress bars inside, restored after (the
+    builders of omni-qwen and omni-qwen3): its config validation warns about the *real* default
+    ids of sub-configs it builds while validating (151647...), and save_pretrained draws a
+    progress bar: noise here."""
+    from transformers.utils import logging as hf_logging
+
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
     finally:
         hf_logging.set_verbosity(verbosity)
         if bars:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from omni_qwen import compat
-from omni_qwen.build import chat_template
+from omni_qwen.build import chat_template, quiet_transformers
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -385,12 +385,8 @@ def build(out: Path) -> None:
     compat.install()
     import torch
     from transformers import Qwen3OmniMoeForConditionalGeneration
-    from transformers.utils import logging as hf_logging
 
-    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    try:
+    with quiet_transformers():
         out.mkdir(parents=True, exist_ok=True)
         tokenizer = build_tokenizer()
         config = build_config(tokenizer)
@@ -399,7 +395,3 @@ def build(out: Path) -> None:
         randomize(model)
         model.save_pretrained(out, safe_serialization=True)
         build_processor(tokenizer).save_pretrained(out)
-    finally:
-        hf_logging.set_verbosity(verbosity)
-        if bars:
-            hf_logging.enable_progress_bar()
