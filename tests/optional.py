@@ -10,7 +10,8 @@ test directories get it too). Markers:
 - ``slow``: needs no extra but costs seconds of CPU each: many ``omni`` subprocesses for what
   in-process tests already cover, the Silero (ONNX) figures, a long real-socket run.
 
-The fast tier is everything else: ``pytest -m "not engine and not ray and not slow"`` (``FAST``).
+The fast tier is everything else: ``pytest -n 2 -m "not engine and not ray and not slow"``
+(``FAST``; ``-n 2``: pytest-xdist on both cores, the tier is safe to split).
 In a run whose ``-m`` leaves out ``engine`` or ``slow`` tests, every Hypothesis test runs at most
 ``FAST_EXAMPLES`` examples (its own count if smaller); ``OMNI_TEST_MAX_EXAMPLES=N`` sets that cap
 for any run (``0``: no cap, the full suite's counts).
