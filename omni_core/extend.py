@@ -17,6 +17,9 @@ from typing import TYPE_CHECKING
 from omni_core.public import lazy_exports, names_of
 
 if TYPE_CHECKING:
+    from omni_core.chat import (
+        ChatOptions,
+    )
     from omni_core.engine.base import (
         OmniEngineBase,
     )
@@ -59,6 +62,17 @@ if TYPE_CHECKING:
     )
     from omni_core.outputs import (
         HiddenStates,
+    )
+    from omni_core.serve.errors import (
+        ApiError,
+    )
+    from omni_core.serve.tools import (
+        NamedToolChoice,
+        ToolCalling,
+        ToolDef,
+        check_tools,
+        forced_schema,
+        load_parser,
     )
     from omni_core.stage.client import (
         OutputSink,

@@ -178,6 +178,17 @@ EXTENDERS = Tier(
             **_from("omni_core.orchestrator.base", "OrchestratorBase"),
             **_from("omni_core.orchestrator.turn", "Orchestrator"),
             **_from("omni_core.messages", "EngineMessage"),
+            **_from("omni_core.chat", "ChatOptions"),
+            **_from(
+                "omni_core.serve.tools",
+                "ToolDef",
+                "NamedToolChoice",
+                "ToolCalling",
+                "check_tools",
+                "forced_schema",
+                "load_parser",
+            ),
+            **_from("omni_core.serve.errors", "ApiError"),
         },
     },
 )

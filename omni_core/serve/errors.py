@@ -11,6 +11,8 @@ from omni_core.outputs import ErrorInfo
 
 
 class ApiError(Exception):
+    """A request's error as OpenAI's error body (``status``, ``message``, ``param``, ``code``)."""
+
     def __init__(
         self,
         status: int,

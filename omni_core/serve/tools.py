@@ -56,6 +56,8 @@ class NamedFunction(_Strict):
 
 
 class NamedToolChoice(_Strict):
+    """A ``tool_choice`` naming one function (``{"type": "function", "function": {"name"}}``)."""
+
     type: Literal["function"] = "function"
     function: NamedFunction
 
