@@ -38,6 +38,7 @@ if TYPE_CHECKING:
         PromptTooLongError,
         ResumableSession,
         build_engine,
+        hidden_state_capture,
         refusal,
         stop_now_processor,
     )

@@ -169,6 +169,7 @@ EXTENDERS = Tier(
                 "build_engine",
                 "refusal",
                 "stop_now_processor",
+                "hidden_state_capture",
             ),
             **_from("omni_core.outputs", "HiddenStates"),
             **_from("omni_core.media", "AudioChunk", "Image", "IMAGE_OPTIONS", "AUDIO_OPTIONS"),

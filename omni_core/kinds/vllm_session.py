@@ -39,6 +39,7 @@ __all__ = [
     "PromptTooLongError",
     "ResumableSession",
     "build_engine",
+    "hidden_state_capture",
     "refusal",
     "stop_now_processor",
 ]
@@ -55,6 +56,17 @@ def build_engine(model: str, **engine_args: Any) -> Any:
     from omni_core.kinds import vllm_adapter as va
 
     return va.build_engine(model, **engine_args)
+
+
+def hidden_state_capture(engine: Any, layers: list[str]) -> Any:
+    """Per-token hidden states of ``engine``'s requests (``layers``: ``embeddings``, ``final``,
+    ``layer:K``; :mod:`omni_core.kinds.vllm_hidden`): hooks on the model, nothing captured until
+    a request is watched. Pass it to :class:`ResumableSession` (``capture``); the engine must run
+    with prefix caching off (every position computed) and eager. Arrays come back in process."""
+    from omni_core.kinds import vllm_adapter as va
+    from omni_core.kinds.vllm_hidden import HiddenStateCapture
+
+    return HiddenStateCapture(engine, va, list(layers), None, 1 << 62)
 
 
 def refusal(params: Any, prompt: Any = None) -> str | None:
@@ -84,9 +96,16 @@ class ResumableSession:
     ``context``: the token ids the engine holds for the request (chunks and segments
     interleaved), plus the segment's last token once it ended (``last_token``, re-fed by the next
     chunk). One chunk at a time: appending while a segment generates raises RuntimeError.
+
+    ``capture`` (:func:`hidden_state_capture`): the request's per-token hidden states, taken with
+    :meth:`hidden_states` after each output. Positions run on across chunks (each chunk's rows
+    continue the context, the re-fed last token first), so a segment's first take has its chunk's
+    rows and each later one the rows of the tokens generated since.
     """
 
-    def __init__(self, engine: Any, request_id: str, max_model_len: int) -> None:
+    def __init__(
+        self, engine: Any, request_id: str, max_model_len: int, capture: Any = None
+    ) -> None:
         from omni_core.kinds import vllm_adapter as va
 
         self.va = va
@@ -101,6 +120,7 @@ class ResumableSession:
         self.segments = 0
         self.prefilled = 0  # tokens this session sent to prefill (chunks and re-fed tokens)
         self.stop_id: int | None = None
+        self.capture = capture
 
     # --- driving -------------------------------------------------------------------------------
     def append(self, prompt: Any, params: Any) -> list[int]:
@@ -117,6 +137,7 @@ class ResumableSession:
         head = [] if self.last_token is None else [self.last_token]
         chunk = self._with_head(head, prompt)
         max_tokens = params.max_tokens or 1
+        first = self.engine_id is None
         self.engine_id, ids = self.va.add_resumable(
             self.engine,
             self.request_id,
@@ -125,6 +146,8 @@ class ResumableSession:
             self.engine_id,
             check=lambda ids: self._check_length(len(ids), max_tokens),
         )
+        if first and self.capture is not None:
+            self.capture.watch(self.engine_id, self.request_id)
         self.context.extend(ids)
         self.prefilled += len(ids)
         self.last_token = None
@@ -179,6 +202,14 @@ class ResumableSession:
             _STOP_NOW.pop(self.request_id, None)  # the forced stop ended the segment
         return True
 
+    def hidden_states(self) -> Any:
+        """The hidden states (:class:`~omni_core.outputs.HiddenStates`, positions of the whole
+        context) computed since the previous call, None if none or without ``capture``. Raises
+        the capture's error (OmniError) when positions were skipped."""
+        if self.capture is None or self.engine_id is None:
+            return None
+        return self.capture.take(self.request_id, False)
+
     def stop_now(self) -> bool:
         """End the running segment on the engine's next step, keeping the KV (needs an engine
         with :func:`stop_now_processor` and a segment whose params came from
@@ -204,6 +235,8 @@ class ResumableSession:
     def close(self) -> None:
         """End the request in vLLM (frees its KV and sequence slot); idempotent."""
         _STOP_NOW.pop(self.request_id, None)
+        if self.capture is not None:
+            self.capture.forget(self.request_id)
         if self.engine_id is not None:
             self.engine.abort_request([self.request_id])
             self.engine_id = None

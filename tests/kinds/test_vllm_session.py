@@ -1,6 +1,6 @@
 """Resumable vLLM requests (omni_core.kinds.vllm_session) on one real tiny-thinker engine, in
 this process: interleaved context equal to fresh requests, the length cap that keeps the engine
-alive, stop-now keeping the KV."""
+alive, stop-now keeping the KV, hidden states captured across chunks."""
 
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ def engine():
         dtype="float32",
         seed=0,
         disable_log_stats=True,
+        enable_prefix_caching=False,  # the hidden-state capture needs every position computed
         logits_processors=[stop_now_processor()],
     )
     yield engine
@@ -137,3 +138,52 @@ def test_stop_now_ends_the_segment_and_keeps_the_kv(engine):
     finally:
         session.close()
     assert session.stop_now() is False  # nothing generating
+
+
+def test_hidden_states_run_on_across_chunks_as_a_fresh_request_over_the_context(engine):
+    """Each take of a session's hidden states continues the previous one (a segment's first: its
+    chunk's rows, the re-fed last token first); joined, they are a fresh request's rows over the
+    same interleaved context."""
+    import numpy as np
+
+    from omni_core.kinds.vllm_session import ResumableSession, hidden_state_capture
+    from omni_core.outputs import join_hidden_states
+
+    capture = hidden_state_capture(engine, ["embeddings", "final"])
+    session = ResumableSession(engine, "hidden", MAX_MODEL_LEN, capture=capture)
+    chunks, starts, firsts = [], [], []
+    try:
+        for chunk in CHUNKS:
+            firsts.append(len(session.context))
+            context = session.append(chunk, greedy(4))
+            new = True
+            while session.generating:
+                for ro in engine.step():
+                    states = session.hidden_states()
+                    session.take(ro.outputs[0])
+                    if states is not None:
+                        chunks.append(states)
+                        if new:
+                            starts.append(states.start)
+                            assert states.rows == len(context) - states.start  # chunk's rows
+                            new = False
+        rows = join_hidden_states(chunks)  # raises unless each take continues the previous
+    finally:
+        session.close()
+    assert starts == firsts
+    assert len(rows["final"]) == len(context) + 3  # the last segment's last token: never fed
+    whole = context + session.segment[:-1]
+    engine_id = engine.add_request("hidden-fresh", _prompt(whole), greedy(1))
+    capture.watch(engine_id, "hidden-fresh")
+    fresh_rows = None
+    while fresh_rows is None:
+        for ro in engine.step():
+            fresh_rows = capture.take("hidden-fresh", ro.finished)
+    for name in ("embeddings", "final"):
+        np.testing.assert_allclose(rows[name], fresh_rows.layers[name], rtol=1e-4, atol=1e-4)
+
+
+def _prompt(ids: list[int]) -> Any:
+    from omni_core.kinds import vllm_adapter as va
+
+    return va.to_prompt(list(ids))
