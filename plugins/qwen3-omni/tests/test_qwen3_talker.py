@@ -1,8 +1,9 @@
 """The talker engine (``omni_qwen3.talker``) in this process, fed transformers' own thinker rows,
 against ``generate(return_audio=True)``'s talker codes (every code group): seeded sampling (the
 same draws as ``torch.manual_seed`` before ``generate``), a reply fed in pieces as a stream edge
-feeds it, and a reply that goes on past the thinker's eos (transformers' per-row rewrite). The
-pipeline test (``test_qwen3_pipeline.py``) covers greedy codes from vLLM's rows."""
+feeds it, a reply that goes on past the thinker's eos (transformers' per-row rewrite), and
+concurrent requests batched (each one's codes, fewer forwards). The pipeline test
+(``test_qwen3_pipeline.py``) covers greedy codes from vLLM's rows."""
 
 from __future__ import annotations
 
@@ -124,3 +125,54 @@ def test_an_unknown_voice_and_a_bad_input_are_request_errors(talker):
     )
     with pytest.raises(RequestError, match="qwen3-omni-talker"):
         talker.add(request)
+
+
+def concurrently(engine: Any, requests: list[tuple[list[dict[str, Any]], SamplingParams]]) -> list:
+    """Run the requests together (every part fed at once, ``on_finish`` style): their codes."""
+    codes: dict[str, list[int]] = {}
+    for n, (parts, params) in enumerate(requests):
+        engine.add(
+            SimpleNamespace(
+                request_id=f"c{n}",
+                prompt=parts[0],
+                params=params,
+                streaming_input=False,
+                stream_outputs=True,
+            )
+        )
+        codes[f"c{n}"] = []
+    left = set(codes)
+    while left:
+        for out in engine.step():
+            assert out.error is None, out.error
+            codes[out.request_id] += out.token_ids
+            if out.finished:
+                left.discard(out.request_id)
+    return list(codes.values())
+
+
+def test_concurrent_requests_batched_give_each_ones_codes(talker, hf3):
+    """Four requests of different prompt lengths (text and audio), greedy and seeded, stepped
+    together: the same codes as each alone, in fewer talker forwards than steps (``max_batch: 1``
+    gives 24 talker forwards here, checked to fail the bound) and one predictor forward per code
+    group per step."""
+    text = reference(hf3, TEXT_CHAT, sample=False)
+    audio = reference(hf3, AUDIO_CHAT, sample=False, audio=[sine()])
+    seeded = reference(hf3, TEXT_CHAT, sample=True)
+    requests = [
+        (whole(text), GREEDY),
+        (whole(audio), GREEDY),
+        (whole(seeded), SAMPLED),
+        (whole(audio), SAMPLED),
+    ]
+    alone = [drive(talker, parts, params) for parts, params in requests]
+    assert alone[:3] == [text["codes"], audio["codes"], seeded["codes"]]
+    before = dict(talker.forwards)
+    together = concurrently(talker, requests)
+    assert together == alone
+    talker_forwards = talker.forwards["talker"] - before["talker"]
+    predictor_forwards = talker.forwards["predictor"] - before["predictor"]
+    frames = sum(len(c) for c in alone) // talker.groups
+    # alone: one talker forward per frame (+ the final eos step); batched: one per engine step
+    assert talker_forwards <= FRAMES + 1 + len(requests)  # prefills are per request
+    assert predictor_forwards == FRAMES * (talker.groups - 1) < frames * (talker.groups - 1)

@@ -37,6 +37,11 @@ before ``generate``); sampling the code predictor uses transformers' top-k 50 / 
 last first-code never gets residual codes). ``params.extra["voice"]``: a speaker of the config's
 ``talker_config.speaker_id`` (case-insensitive; default ``options.voice``).
 
+**Batching**: one step per engine step for every request that can step; prefills run one
+forward each, decode rows of concurrent requests share one talker forward (up to
+``options.max_batch``; 1: a forward each) and their frames one code-predictor forward per code
+group (:mod:`omni_qwen3.talker_batch`); codes are each request's alone up to float rounding.
+
 **Output**: ``token_ids`` are frames flattened group-major within a frame (``num_code_groups``
 ints per frame), the codec eos not included; ``finish_reason`` ``stop`` or ``length``.
 """
@@ -54,6 +59,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from omni_core import ConfigError, RequestError, StageOutput
 from omni_core.extend import TorchStageEngine, error_output
+from omni_qwen3.talker_batch import decode_batch, first_code, predict_batch, warpers
 from omni_qwen3.weights import load_part
 
 logger = logging.getLogger(__name__)
@@ -69,6 +75,11 @@ class TalkerOptions(BaseModel):
 
     voice: str = Field(default=DEFAULT_VOICE, description="speaker when a request names none")
     max_tokens: int = Field(default=4096, ge=1, description="frames per request when unset")
+    max_batch: int = Field(
+        default=64,
+        ge=1,
+        description="decode steps of concurrent requests in one forward (1: a forward each)",
+    )
 
 
 @dataclass
@@ -147,6 +158,10 @@ class TalkerEngine(TorchStageEngine):
         if not self.thinker_eos:
             self.thinker_eos = frozenset({int(omni.im_end_token_id)})
         self.image_grid = ImageGrid(checkpoint)
+        # left-padded batch caches assume full attention (a sliding layer's cache is cut)
+        layer_types = getattr(tc.text_config, "layer_types", None) or ["full_attention"]
+        self.batch = self.options.max_batch if set(layer_types) == {"full_attention"} else 1
+        self.forwards = {"talker": 0, "predictor": 0}  # forwards run (tests, the bench)
         self.requests: dict[str, _Request] = {}
         logger.info("talker loaded from %s in %.1f s", checkpoint, time.perf_counter() - started)
 
@@ -204,7 +219,7 @@ class TalkerEngine(TorchStageEngine):
             processors.append(RepetitionPenaltyLogitsProcessor(params.repetition_penalty))
         processors.append(SuppressTokensLogitsProcessor(self.suppressed))
         if not greedy:
-            processors += _warpers(params.temperature, params.top_k, params.top_p)
+            processors += warpers(params.temperature, params.top_k, params.top_p)
         return processors
 
     def _feed(self, state: _Request, chunk: Any, first: bool) -> None:
@@ -283,42 +298,80 @@ class TalkerEngine(TorchStageEngine):
         return any(self.ready(state) for state in self.requests.values())
 
     def step(self) -> list[StageOutput]:
-        outputs = []
-        for rid, state in list(self.requests.items()):
-            if not self.ready(state):
-                continue
-            try:
-                out = self._step_one(state)
-            except Exception as exc:  # this request's own failure: it ends, the others go on
-                logger.debug("talker request %s failed", rid, exc_info=True)
-                del self.requests[rid]
-                outputs.append(error_output(rid, exc))
-                continue
-            if out is not None:
-                outputs.append(out)
-                if out.finished:
-                    del self.requests[rid]
-        return outputs
+        """One talker step of every request that can step: prefills one forward each, decode
+        rows batched (up to ``options.max_batch`` a forward), then the code predictor batched
+        over every request that got a first code (one forward per code group)."""
+        outputs: list[StageOutput] = []
 
-    def _step_one(self, state: _Request) -> StageOutput | None:
+        def fail(state: _Request, exc: Exception) -> None:  # this request ends, the others go on
+            logger.debug("talker request %s failed", state.rid, exc_info=True)
+            self.requests.pop(state.rid, None)
+            outputs.append(error_output(state.rid, exc))
+
+        talked: list[tuple[_Request, int, Any]] = []  # (state, first code, talker hidden)
+        decoding: list[tuple[_Request, Any]] = []
         torch = self.torch
         with torch.inference_mode():
-            if state.cache is None:
-                if len(state.emb) < state.assistant + 4:
-                    return self._finish(state, "stop")  # a one-token reply: no first text row
-                code, hidden = self.prefill(state)
-            else:
-                j = len(state.first) - 1
-                kind, pos = self.text_row(state, j) or ("pad", 0)
-                if kind == "row":
-                    row = self.talker.text_projection(state.emb[pos][None])[0]
+            for state in [s for s in self.requests.values() if self.ready(s)]:
+                try:
+                    if state.cache is not None:
+                        decoding.append((state, self.decode_input(state)))
+                    elif len(state.emb) < state.assistant + 4:  # a one-token reply: no codes
+                        outputs.append(self._finish(state, "stop"))
+                        del self.requests[state.rid]
+                    else:
+                        talked.append((state, *self.prefill(state)))
+                except Exception as exc:
+                    fail(state, exc)
+            for group in self._groups(decoding):
+                batched = None
+                if len(group) > 1:
+                    try:
+                        batched = decode_batch(self, group)
+                    except Exception:  # each request's own forward then says what is wrong
+                        logger.exception("batched talker step of %d requests", len(group))
+                for i, (state, x) in enumerate(group):
+                    try:
+                        talked.append((state, *(batched[i] if batched else self.decode(state, x))))
+                    except Exception as exc:
+                        fail(state, exc)
+            frames = []
+            for state, code, hidden in talked:
+                if code == self.codec_eos:
+                    outputs.append(self._finish(state, "stop"))
+                    del self.requests[state.rid]
                 else:
-                    row = self.tts_eos if kind == "eos" else self.tts_pad
-                code, hidden = self.decode(state, state.pending + row)
-            if code == self.codec_eos:
-                return self._finish(state, "stop")
-            state.first.append(code)
-            frame, state.pending = self.predict(state, code, hidden)
+                    state.first.append(code)
+                    frames.append((state, code, hidden))
+            for group in self._groups(frames):
+                try:
+                    predicted = predict_batch(self, group)
+                except Exception as exc:
+                    for state, _, _ in group:
+                        fail(state, exc)
+                    continue
+                for (state, _, _), (frame, state.pending) in zip(group, predicted, strict=True):
+                    out = self._emit(state, frame)
+                    if out is not None:
+                        outputs.append(out)
+                        if out.finished:
+                            del self.requests[state.rid]
+        return outputs
+
+    def _groups(self, items: list[Any]) -> list[list[Any]]:
+        return [items[lo : lo + self.batch] for lo in range(0, len(items), self.batch)]
+
+    def decode_input(self, state: _Request) -> Any:
+        """The next talker input row of ``state``: its frame's embeddings plus text row j."""
+        j = len(state.first) - 1
+        kind, pos = self.text_row(state, j) or ("pad", 0)
+        if kind == "row":
+            row = self.talker.text_projection(state.emb[pos][None])[0]
+        else:
+            row = self.tts_eos if kind == "eos" else self.tts_pad
+        return state.pending + row
+
+    def _emit(self, state: _Request, frame: list[int]) -> StageOutput | None:
         if len(state.first) >= state.max_tokens:
             state.held += frame
             return self._finish(state, "length")
@@ -379,6 +432,7 @@ class TalkerEngine(TorchStageEngine):
     def _forward(self, state: _Request, inputs: Any, positions: Any) -> tuple[int, Any]:
         torch = self.torch
         length = state.past + inputs.shape[1]
+        self.forwards["talker"] += 1
         out = self.talker(
             inputs_embeds=inputs,
             attention_mask=torch.ones((1, length), dtype=torch.long),
@@ -389,52 +443,7 @@ class TalkerEngine(TorchStageEngine):
             generation_step=0,  # only echoed back (transformers' trailing-row counter)
         )
         state.past = length
-        logits = out.logits[:, -1].to(copy=True, dtype=torch.float32)
-        history = torch.tensor([state.first], dtype=torch.long).reshape(1, -1)
-        for processor in state.processors:
-            logits = processor(history, logits)
-        hidden = out.hidden_states[0][-1][:, -1:]
-        return self._pick(state, logits), hidden
-
-    def _pick(self, state: _Request, logits: Any) -> int:
-        torch = self.torch
-        if state.greedy:
-            return int(torch.argmax(logits, dim=-1))
-        probs = torch.nn.functional.softmax(logits, dim=-1)
-        return int(torch.multinomial(probs, num_samples=1, generator=state.generator))
-
-    def predict(self, state: _Request, code: int, hidden: Any) -> tuple[list[int], Any]:
-        """The code predictor's residual codes of one frame, and the sum of the frame's code
-        embeddings (the next talker input before its text row)."""
-        from transformers import DynamicCache
-
-        torch = self.torch
-        predictor = self.talker.code_predictor
-        tables = predictor.get_input_embeddings()
-        first = self.talker.get_input_embeddings()(torch.tensor([[code]]))
-        cache = DynamicCache(config=predictor.config)
-        warpers = [] if state.greedy else _warpers(1.0, 50, 0.8)
-        frame, total = [code], first[0, 0]
-        kwargs: dict[str, Any] = {"inputs_embeds": torch.cat([hidden, first], dim=1)}
-        for group in range(self.groups - 1):
-            length = cache.get_seq_length() + (2 if group == 0 else 1)
-            out = predictor(
-                attention_mask=torch.ones((1, length), dtype=torch.long),
-                past_key_values=cache,
-                use_cache=True,
-                generation_steps=group,
-                **kwargs,
-            )
-            logits = out.logits[:, -1].to(copy=True, dtype=torch.float32)
-            history = torch.tensor([frame[1:]], dtype=torch.long).reshape(1, -1)
-            for warper in warpers:
-                logits = warper(history, logits)
-            residual = self._pick(state, logits)
-            frame.append(residual)
-            ids = torch.tensor([[residual]])
-            total = total + tables[group](ids)[0, 0]
-            kwargs = {"input_ids": ids}
-        return frame, total
+        return first_code(self, state, out.logits[:, -1]), out.hidden_states[0][-1][:, -1:]
 
     def positions(self, state: _Request, ids: list[int]) -> Any:
         """The talker's 3D rope positions of the prefill (and the delta that continues them)."""
@@ -476,19 +485,6 @@ class TalkerEngine(TorchStageEngine):
                 length += 1
             lengths.append(length)
         return self.torch.tensor(lengths, dtype=self.torch.long)
-
-
-def _warpers(temperature: float, top_k: int | None, top_p: float) -> list[Any]:
-    from transformers.generation import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
-
-    warpers: list[Any] = []
-    if temperature != 1.0:
-        warpers.append(TemperatureLogitsWarper(temperature))
-    if top_k is not None and top_k > 0:
-        warpers.append(TopKLogitsWarper(top_k=top_k))
-    if top_p < 1.0:
-        warpers.append(TopPLogitsWarper(top_p=top_p))
-    return warpers
 
 
 def build(config: dict[str, Any]) -> TalkerEngine:
