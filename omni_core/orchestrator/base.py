@@ -122,6 +122,12 @@ class OrchestratorBase:
         self.replicas = ReplicaSupervisor(ctx, self.terminals)
         self.router = Router(ctx, self.terminals, self.replicas)
         self.admissions = Admissions(ctx, self.terminals, self.router)
+        # the loop-lag watchdog watches while a request is in flight (idle, it sleeps)
+        lag = getattr(settings, "loop_lag_warn_s", 0)
+        self._watchdog = LoopWatchdog(self.loop, lag, busy=self._busy) if lag else None
+
+    def _busy(self) -> bool:
+        return bool(self.table.parents or self.table.runs)
 
     def _seam(self, seam: str) -> Any:
         """The bound seam if the subclass overrides it, else None (no call per event)."""
@@ -165,9 +171,8 @@ class OrchestratorBase:
     async def run(self) -> None:
         """Serve until a Shutdown message or a crash; then stop extensions (stages stay up)."""
         tasks = self.tasks
-        watchdog = None
-        if getattr(self.settings, "loop_lag_warn_s", 0):
-            watchdog = LoopWatchdog(self.loop, self.settings.loop_lag_warn_s)
+        watchdog = self._watchdog
+        if watchdog is not None:
             watchdog.start()
         self.replicas.start(self.router.on_outputs)
         tasks.spawn(self._request_handler(), name="omni-request-handler")
@@ -199,6 +204,8 @@ class OrchestratorBase:
     async def _request_handler(self) -> None:
         while True:
             batch = await self.inbox.get_batch()
+            if self._watchdog is not None:
+                self._watchdog.wake()
             for msg in batch:
                 if isinstance(msg, Shutdown):
                     self.tasks.stop.set()

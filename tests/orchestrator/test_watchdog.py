@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
 import textwrap
+import time
 
 import pytest
 
 from omni_core.config.settings import OmniSettings
+from omni_core.orchestrator import watchdog
 from tests.helpers import collect
 
 CODE = textwrap.dedent("""
@@ -56,3 +59,37 @@ async def test_zero_turns_the_watchdog_off(make_engine, hog_module, caplog, omni
     [out] = await collect(make_engine(PIPELINE, settings=settings), "x")
     assert out.text == "done"
     assert [r for r in caplog.records if r.name == WATCHDOG] == []
+
+
+class CountingClock:
+    """The watchdog module's ``time``, counting ``monotonic()`` reads: every beat of its loop
+    timer and every check of its thread reads the clock once."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    def monotonic(self) -> float:
+        self.reads += 1
+        return time.monotonic()
+
+
+async def test_an_idle_engine_s_watchdog_sleeps_and_wakes_for_work(
+    make_engine, hog_module, caplog, monkeypatch
+):
+    """Idle, neither the loop's timer nor the thread wakes up (they used to, 20 times a second
+    each); a request wakes them (the stall is named), and they sleep again once it is done."""
+    caplog.set_level(logging.WARNING, logger=WATCHDOG)
+    clock = CountingClock()
+    monkeypatch.setattr(watchdog, "time", clock)
+    engine = make_engine(PIPELINE)
+    await asyncio.sleep(0.1)  # started: the first beat finds no request
+    clock.reads = 0
+    await asyncio.sleep(0.3)
+    assert clock.reads <= 1, f"an idle engine's watchdog woke {clock.reads} times in 0.3 s"
+    [out] = await collect(engine, "x")
+    assert out.text == "done"
+    assert [r for r in caplog.records if "stage 'hogger' replica 0" in r.getMessage()]
+    await asyncio.sleep(0.1)  # the beat after the request finds none
+    clock.reads = 0
+    await asyncio.sleep(0.3)
+    assert clock.reads <= 1, f"the watchdog woke {clock.reads} times in 0.3 s after a request"
