@@ -209,6 +209,9 @@ TESTING = Tier(
             "FakeEntryPoints",
         ),
         "omni_core.testing.server": _from("omni_core.testing.server", "running_server"),
+        "omni_core.testing.speech": _from(
+            "omni_core.testing.speech", "served_openai_client", "streamed_speech", "audio_deltas"
+        ),
         "omni_core.testing.public_api": _from(
             "omni_core.testing.public_api", "public_api_violations"
         ),
