@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from omni_qwen.prompts import (  # noqa: F401 (the tests import them from here)
+from qwen_prompts import (  # noqa: F401 (the tests import them from here)
     AUDIO_CHAT,
     IMAGE_CHAT,
     SAMPLE_RATE,

@@ -1,11 +1,11 @@
-"""Helpers shared by the omni-qwen3 tests (the chats and the sine: omni_qwen.prompts): the tiny
-vocab's ids, a 64x64 image, transformers' greedy reply and speech."""
+"""Helpers shared by the omni-qwen3 tests (the chats and the sine: qwen_prompts, in omni-qwen's
+tests): the tiny vocab's ids, a 64x64 image, transformers' greedy reply and speech."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from omni_qwen.prompts import gradient, hf_inputs
+from qwen_prompts import gradient, hf_inputs
 
 IM_END = 4002
 AUDIO_TOKEN, IMAGE_TOKEN = 4032, 4012

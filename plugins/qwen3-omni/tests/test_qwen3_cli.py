@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from omni_qwen.prompts import SAMPLE_RATE, sine
+from qwen_prompts import SAMPLE_RATE, sine
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(900)]
 

@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 import pytest
 from omni_qwen.pipelines import thinker_stage
-from omni_qwen.prompts import AUDIO_CHAT, IMAGE_CHAT, SAMPLE_RATE, sine, teacher_forced
 from omni_qwen3.build import ACCEPT_LAYER
 from omni_qwen3.pipelines import thinker_engine_args
 from qwen3_helpers import AUDIO_TOKEN, IMAGE_TOKEN, image
+from qwen_prompts import AUDIO_CHAT, IMAGE_CHAT, SAMPLE_RATE, sine, teacher_forced
 
 from omni_core import AsyncOmniEngine, OmniSettings, PipelineConfig
 from omni_core.config.resolve import resolve_pipeline

@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-from omni_qwen.prompts import AUDIO_CHAT, IMAGE_CHAT, SAMPLE_RATE, TEXT_CHAT, hf_inputs, sine
 from omni_qwen3.pipelines import omni_pipeline
 from qwen3_helpers import image, speech
+from qwen_prompts import AUDIO_CHAT, IMAGE_CHAT, SAMPLE_RATE, TEXT_CHAT, hf_inputs, sine
 
 from omni_core import AsyncOmniEngine, OmniSettings
 from omni_core.extend import AUDIO_OPTIONS

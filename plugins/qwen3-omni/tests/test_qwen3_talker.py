@@ -12,8 +12,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from omni_qwen.prompts import AUDIO_CHAT, TEXT_CHAT, sine
 from qwen3_helpers import IM_END, speech
+from qwen_prompts import AUDIO_CHAT, TEXT_CHAT, sine
 
 from omni_core.sampling import SamplingParams
 

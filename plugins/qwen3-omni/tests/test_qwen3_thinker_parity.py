@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 import torch
-from omni_qwen.prompts import AUDIO_CHAT, IMAGE_CHAT, SAMPLE_RATE, TEXT_CHAT, sine
 from qwen3_helpers import AUDIO_TOKEN, IMAGE_TOKEN, greedy, image
+from qwen_prompts import AUDIO_CHAT, IMAGE_CHAT, SAMPLE_RATE, TEXT_CHAT, sine
 
 from omni_core import AsyncOmniEngine, OmniSettings
 from omni_core.plugin.hooks import PluginHost

@@ -1,6 +1,8 @@
-"""Prompts for the tiny Qwen-Omni checkpoints, shared by omni-qwen's and omni-qwen3's tests: a text
-chat, a 1 s 440 Hz sine + text chat, a gradient image + text chat, transformers' rendering of a
-chat and its teacher-forced hidden states (numpy always; PIL only when an image is made)."""
+"""Prompts for the tiny Qwen-Omni checkpoints, shared by omni-qwen's and omni-qwen3's tests (test
+code, not shipped: omni-qwen3's tests find it through ``pythonpath`` in omni-core's and
+omni-qwen3's ``pyproject.toml``): a text chat, a 1 s 440 Hz sine + text chat, a gradient image +
+text chat, transformers' rendering of a chat and its teacher-forced hidden states (numpy always;
+PIL only when an image is made)."""
 
 from __future__ import annotations
 
