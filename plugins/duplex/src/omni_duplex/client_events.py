@@ -60,6 +60,8 @@ class _Session(_Nested):
     max_output_tokens: Any = None
     turn_detection: dict[str, Any] | None = None
     audio: _Audio | None = None
+    tools: list[Any] | None = None  # checked by the session (omni_duplex.tools)
+    tool_choice: StrictStr | dict[str, Any] | None = None
 
 
 class _ContentPart(_Nested):
@@ -68,9 +70,12 @@ class _ContentPart(_Nested):
 
 
 class _Item(_Nested):
-    type: Literal["message"] = "message"
+    type: Literal["message", "function_call_output"] = "message"
+    id: StrictStr | None = None
     role: StrictStr = "user"
     content: list[_ContentPart] = Field(default_factory=list)
+    call_id: StrictStr | None = None  # function_call_output: the call it answers
+    output: StrictStr | None = None  # function_call_output: the result (free text)
 
 
 class _Append(_Event):
@@ -214,6 +219,16 @@ def _commands(ev: _Event, eid: str | None) -> list[P.Command]:
         ]
     assert isinstance(ev, _CreateItem)
     item = ev.item
+    if item.type == "function_call_output":
+        for name in ("call_id", "output"):
+            if getattr(item, name) is None:
+                raise ClientEventError(
+                    "invalid_event", f"'item.{name}': a function_call_output needs it", eid
+                )
+        assert item.call_id is not None and item.output is not None
+        return [
+            P.ToolOutput(call_id=item.call_id, output=item.output, item_id=item.id, event_id=eid)
+        ]
     texts = [c.text for c in item.content if c.type in ("input_text", "text")]
     if item.role != "user" or not texts or any(t is None for t in texts):
         raise ClientEventError(
@@ -245,6 +260,10 @@ def _session_changes(session: _Session, eid: str | None) -> dict[str, Any]:
     modalities = session.output_modalities if "output_modalities" in given else session.modalities
     if modalities is not None:
         changes["output_modalities"] = modalities
+    for name in ("tools", "tool_choice"):
+        if name in given:
+            value = getattr(session, name)
+            changes[name] = ([] if name == "tools" else "auto") if value is None else value
     if "max_output_tokens" in given:
         limit = session.max_output_tokens
         changes["max_output_tokens"] = None if limit == "inf" else limit

@@ -43,6 +43,9 @@ class SessionConfig(BaseModel):
     turn_detection: TurnDetection | None = Field(default_factory=TurnDetection)
     input_sample_rate_hz: int = Field(default=WIRE_SAMPLE_RATE, ge=8000, le=96_000)
     max_output_tokens: int | None = Field(default=None, ge=1)
+    # Realtime function tools and tool_choice, checked by omni_duplex.tools.check_config
+    tools: list[Any] = Field(default_factory=list)
+    tool_choice: str | dict[str, Any] = "auto"
 
     def public(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
@@ -62,14 +65,19 @@ class SessionConfig(BaseModel):
 
 
 def parse_session_config(data: dict[str, Any] | None) -> SessionConfig:
+    from omni_duplex.tools import check_config
+
     try:
-        return SessionConfig.model_validate(data or {})
+        config = SessionConfig.model_validate(data or {})
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in err['loc']) or 'session'}: {err['msg']}"
             for err in exc.errors()
         )
         raise DuplexError("invalid_session_config", problems) from None
+    if config.tools or config.tool_choice != "auto":
+        check_config(config)
+    return config
 
 
 class DuplexSection(BaseModel):

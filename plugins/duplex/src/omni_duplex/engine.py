@@ -41,6 +41,7 @@ class DuplexOmniEngine(OmniEngineBase):
         section = self.pipeline.sections.get("duplex")
         self.duplex_config = section if isinstance(section, DuplexSection) else DuplexSection()
         self.model = load_model(self.plugins, self.pipeline, self.duplex_config)
+        self.model.bind(self)
         if self.duplex_config.vad == "silero":  # fail before any stage starts, and warm it up
             from omni_duplex.vad import silero_model
 

@@ -72,6 +72,20 @@ class DuplexModel(ABC):
     # True: the history keeps each spoken user turn's audio (``"audio"``, at the input rate) for
     # plan_response; False: text only
     keeps_audio: bool = False
+    # True: renders tool calls and their outputs (session tools, omni_duplex.tools)
+    supports_tools: bool = False
+    # True: plan_response blocks (tokenizes): sessions call it in a worker thread
+    plans_off_loop: bool = False
+
+    def bind(self, engine: Any) -> None:
+        """Called once by the engine that loaded the plug, before any session (its
+        ``prompt_renderer``, ``render_chat``, ...)."""
+        return None
+
+    def tool_parser(self) -> tuple[type | None, Any, str]:
+        """vLLM's tool-call parser class for ``auto`` tool choice (None: none set), the tokenizer
+        it reads, and where the parser is set (for errors)."""
+        return None, None, "none set"
 
     def validate_pipeline(self, pipeline: PipelineView) -> list[str]:
         """Problems (one line each) that keep this pipeline from serving sessions."""

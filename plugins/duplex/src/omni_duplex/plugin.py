@@ -50,12 +50,16 @@ def omni_register_config_sections() -> Iterable[ConfigSection]:
 
 @hookimpl
 def omni_duplex_register_models() -> Iterable[DuplexModelSpec]:
+    from omni_duplex import chat
     from omni_duplex.model import DuplexModelSpec, TinyOmniModel
 
     return [
         DuplexModelSpec(
             "tiny-omni", lambda pipeline, section: TinyOmniModel(), "text prompt in; text + audio"
-        )
+        ),
+        DuplexModelSpec(
+            chat.NAME, chat.build, "the chat template's prompt in (tools); text + audio"
+        ),
     ]
 
 

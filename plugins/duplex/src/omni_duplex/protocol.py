@@ -63,6 +63,16 @@ class TruncateItem(Command):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ToolOutput(Command):
+    """``conversation.item.create`` of a ``function_call_output``: the result of the call
+    ``call_id`` (:mod:`omni_duplex.tools`)."""
+
+    call_id: str
+    output: str
+    item_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class UpdateSession(Command):
     session: dict[str, Any] = field(default_factory=dict)
 
@@ -82,6 +92,13 @@ AUDIO_DELTA = "response.output_audio.delta"
 RESPONSE_DONE = "response.done"
 ITEM_DELETED = "conversation.item.deleted"  # dropped from the history (max_history_*)
 ITEM_TRUNCATED = "conversation.item.truncated"
+ITEM_ADDED = "conversation.item.added"
+ITEM_DONE = "conversation.item.done"
+# a response's function calls (omni_duplex.tools)
+OUTPUT_ITEM_ADDED = "response.output_item.added"
+OUTPUT_ITEM_DONE = "response.output_item.done"
+FUNCTION_CALL_ARGUMENTS_DELTA = "response.function_call_arguments.delta"
+FUNCTION_CALL_ARGUMENTS_DONE = "response.function_call_arguments.done"
 ERROR = "error"
 
 TERMINAL_EVENTS = frozenset({SESSION_CLOSED, SESSION_EXPIRED})

@@ -79,7 +79,8 @@ def to_server_event(event: P.DuplexEvent) -> dict[str, Any]:
             "status_details": details,
             "output": [
                 {"id": d["item_id"], "type": "message", "role": "assistant", "content": content}
-            ],
+            ][: 1 if d["text"] or d["audio_ms"] or not d.get("calls") else 0]
+            + d.get("calls", []),
             "audio_ms": d["audio_ms"],
         }
     elif event.type in (P.TEXT_DELTA, P.AUDIO_DELTA):

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from omni_duplex import protocol as P
+from omni_duplex import tools
 from omni_duplex.errors import DuplexError
 from omni_duplex.lease import Lease
 from omni_duplex.model import ResponseContext, UserTurn
@@ -51,6 +52,7 @@ class _Response:
     text: list[str] = field(default_factory=list)
     audio_bytes: int = 0
     done: bool = False
+    tools: tools.ResponseTools | None = None  # with session tools (omni_duplex.tools)
 
 
 class _Sink:
@@ -158,7 +160,7 @@ class SessionRunner:
                 elif self.state != "open":
                     continue  # closing: commands and outputs are dropped
                 elif isinstance(item, _Output):
-                    self._on_output(item.output)
+                    await self._on_output(item.output)
                 else:
                     await self._apply(item)
             except DuplexError as exc:
@@ -194,8 +196,11 @@ class SessionRunner:
             self.emit(P.INPUT_CLEARED)
         elif isinstance(cmd, P.TruncateItem):
             self._truncate(cmd)
+        elif isinstance(cmd, P.ToolOutput):
+            tools.add_output(self, cmd)
         elif isinstance(cmd, P.UpdateSession):
             config = self._resolved(self.config.updated(cmd.session))
+            tools.check_model(self.model, config)
             vad = self._new_vad(config)  # a VAD that cannot be made leaves the session as it was
             self.config, self.vad, self.speech_item = config, vad, None
             self.emit(P.SESSION_UPDATED, session=self.config.public())
@@ -367,7 +372,11 @@ class SessionRunner:
             {sid: s.name for sid, s in self.orch.port.pipeline.stages.items()},
             self.id,
         )
-        plan = self.model.plan_response(context)
+        if self.model.plans_off_loop:
+            plan = await asyncio.to_thread(self.model.plan_response, context)
+        else:
+            plan = self.model.plan_response(context)
+        response_tools = await tools.prepare(self, plan)
         for turn in self.turns:
             audio = turn.audio if self.model.keeps_audio else None
             self._remember("user", turn.item_id, turn.text, audio=audio)
@@ -377,6 +386,7 @@ class SessionRunner:
         resp = _Response(
             _new_id("resp"), f"{self.id}.e{epoch}.r{self._runs}", _new_id("item"), epoch
         )
+        resp.tools = response_tools
         self.response = resp
         self.emit(P.RESPONSE_CREATED, response_id=resp.id, item_id=resp.item_id)
         try:
@@ -389,7 +399,7 @@ class SessionRunner:
         if self.epoch != epoch or self.state != "open":  # re-check after the await
             return
 
-    def _on_output(self, out: OmniRequestOutput) -> None:
+    async def _on_output(self, out: OmniRequestOutput) -> None:
         resp = self.response
         if resp is None or out.request_id != resp.run_id or resp.epoch != self.epoch:
             return  # a cancelled or finished response's output: dropped
@@ -402,7 +412,9 @@ class SessionRunner:
             self._finish(resp, "failed", out.error.type)
             return
         for delta in self.model.project(out):
-            if delta.kind == "text":
+            if delta.kind == "text" and resp.tools is not None:
+                await tools.on_text(self, resp, delta.value, out.token_ids)
+            elif delta.kind == "text":
                 resp.text.append(delta.value)
                 self.emit(
                     P.TEXT_DELTA, response_id=resp.id, item_id=resp.item_id, delta=delta.value
@@ -413,6 +425,8 @@ class SessionRunner:
                     P.AUDIO_DELTA, response_id=resp.id, item_id=resp.item_id, audio=delta.value
                 )
         if out.finished:
+            if resp.tools is not None:
+                await tools.flush(self, resp)
             reason = out.finish_reason or "stop"
             status = "cancelled" if reason in ("abort", "cancelled", "timeout") else "completed"
             self._finish(resp, status, reason)
@@ -425,6 +439,7 @@ class SessionRunner:
             self.response = None
         text = "".join(resp.text)
         audio_ms = round(resp.audio_bytes / 2 / 24)  # pcm16 at 24 kHz
+        calls = tools.close_calls(self, resp, status)
         self.emit(
             P.RESPONSE_DONE,
             response_id=resp.id,
@@ -433,8 +448,11 @@ class SessionRunner:
             reason=reason,
             text=text,
             audio_ms=audio_ms,
+            calls=calls,
         )
-        self._remember("assistant", resp.item_id, text, audio_ms=audio_ms)
+        if text or audio_ms or not calls:
+            self._remember("assistant", resp.item_id, text, audio_ms=audio_ms)
+        tools.remember_calls(self, resp)
         self.lease.touch(time.monotonic())
         self.manager.schedule(self)
 
