@@ -41,6 +41,7 @@ class Admissions:
         self.settings = ctx.settings
         self.terminals = terminals
         self.router = router
+        self._ordered: dict[frozenset[int], tuple[int, ...]] = {}
 
     async def admit(self, msg: AddRequest) -> None:
         """Register a request (children, companions: all or nothing) and submit it; a request
@@ -52,7 +53,7 @@ class Admissions:
         if problem is not None:
             self._reject(parent, finals, bad_request(problem))
             return
-        for sid in sorted(needed):
+        for sid in self._in_order(needed):
             if not self.pools[sid].has_live():
                 self._reject(parent, finals, unavailable(self.pools[sid].stage.name))
                 return
@@ -104,6 +105,13 @@ class Admissions:
             for companion in run.companions:
                 if not companion.terminal:
                     await start(companion)
+
+    def _in_order(self, needed: frozenset[int]) -> tuple[int, ...]:
+        """``sorted(needed)``, cached (a pipeline has a few plans)."""
+        ordered = self._ordered.get(needed)
+        if ordered is None:
+            ordered = self._ordered[needed] = tuple(sorted(needed))
+        return ordered
 
     def register(self, run: RunState) -> None:
         """Hold a run (fires ``omni_request_admitted``)."""

@@ -47,6 +47,10 @@ class Router:
         self.downstream = graph.downstream
         self.fan_in = graph.fan_in
         self.stage_info = graph.stage_info
+        self.metric_keys = {  # stage id -> its two metric names (not formatted per request)
+            sid: (f"{name}.first_output_ms", f"{name}.total_ms")
+            for sid, name in graph.stage_names.items()
+        }
         self.intercept = seams.intercept  # None: nobody intercepts (the common case costs nothing)
         self.submitted = seams.submitted  # the on_stage_submitted seam, None if not overridden
         self.forward_failure = seams.forward_failure
@@ -115,7 +119,11 @@ class Router:
 
         Records each output as :meth:`_record` does, inlined with what the batch shares bound
         once (``omni bench throughput``: the per-output call and attribute lookups were a fifth
-        of the orchestrator's CPU per output; docs/benchmarks.md).
+        of the orchestrator's CPU per output; docs/benchmarks.md). A plain token delta (token
+        ids and nothing else: what a streaming stage sends for every token but its last) takes a
+        shorter path: its tokens are appended without :meth:`StageResult.add`, and on a final
+        stage its caller's output is built here (what ``_emit_stage_output`` would build for it:
+        ``tests/orchestrator/test_delta_path.py`` checks both paths give the same).
         """
         observe = self.hooks.has_output_observers
         get_run = self.runs.get
@@ -123,12 +131,48 @@ class Router:
         streams = stage_id in self.stream_sources
         unbind = self.table.unbind
         emit = self._emit_stage_output
+        emit_delta = self.emitter.emit
+        name, output_type = self.stage_info[stage_id]
+        plain = intercept is None and not observe  # a delta may take the short path
         for out in outputs:
             run = get_run(out.request_id)
             if run is None or run.terminal:
                 continue  # late output of a terminal or unknown request: dropped
             sr = run.stages.get(stage_id)
             if sr is None or sr.finished or sr.replica != replica:
+                continue
+            finished = out.finished
+            if plain and not (
+                finished
+                or out.payload is not None
+                or out.logprobs
+                or out.hidden_states is not None
+                or out.prompt_token_ids is not None
+                or out.error is not None
+            ):
+                # a plain delta, nobody intercepting or observing: what StageResult.add does
+                result = sr.result
+                result.token_ids += out.token_ids
+                if out.text:
+                    result.text += out.text
+                if not sr.t_first:
+                    sr.t_first = monotonic()
+                if stage_id in run.finals and run.companion_of is None:
+                    parent = run.parent
+                    emit_delta(
+                        parent.stream,
+                        OmniRequestOutput(
+                            request_id=parent.request_id,
+                            index=run.index,
+                            stage_id=stage_id,
+                            stage_name=name,
+                            output_type=output_type,
+                            text=out.text,
+                            token_ids=out.token_ids,
+                        ),
+                    )
+                if streams:
+                    await self._advance(run, stage_id, out)
                 continue
             if out.error is not None:
                 if observe:
@@ -137,7 +181,6 @@ class Router:
                 continue
             # _record, inlined: record and emit
             sr.result.add(out)
-            finished = out.finished
             if not sr.t_first:
                 sr.t_first = monotonic()
             if finished:
@@ -235,12 +278,13 @@ class Router:
     def _metrics(self, run: RunState) -> dict[str, float]:
         """Per-stage timings (ms) of a run: time to first output and total, from submit."""
         metrics: dict[str, float] = {}
-        names = self.graph.stage_names
+        keys = self.metric_keys
         for sid, sr in run.stages.items():
             if sr.t_submit and sr.t_first:
-                metrics[f"{names[sid]}.first_output_ms"] = (sr.t_first - sr.t_submit) * 1e3
+                first, total = keys[sid]
+                metrics[first] = (sr.t_first - sr.t_submit) * 1e3
                 if sr.t_finish:
-                    metrics[f"{names[sid]}.total_ms"] = (sr.t_finish - sr.t_submit) * 1e3
+                    metrics[total] = (sr.t_finish - sr.t_submit) * 1e3
         return metrics
 
     # ------------------------------------------------------------------------------------------

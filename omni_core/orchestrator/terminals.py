@@ -202,4 +202,7 @@ class Terminals:
 
 def _still_working(run: RunState) -> bool:
     """Whether a stage replica may still be producing for ``run``."""
-    return any(s.submitted and not s.finished and not s.aborted for s in run.stages.values())
+    for s in run.stages.values():  # a loop, not any(generator): every terminal asks
+        if s.submitted and not s.finished and not s.aborted:
+            return True
+    return False

@@ -52,7 +52,8 @@ class StagePool:
         return [i for i, c in enumerate(self.clients) if c is not None]
 
     def has_live(self) -> bool:
-        return any(c is not None for c in self.clients)
+        clients = self.clients  # no generator: every admission asks each stage it needs
+        return clients.count(None) != len(clients)
 
     def pick(self, prefer: int | None = None) -> int | None:
         """A live replica: ``prefer`` if it is live, else the next one round-robin."""
