@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import statistics
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import ExitStack
 from typing import Any
 
 from omni_core.bench.orchestration import CheckFailed, Row
@@ -180,9 +182,10 @@ def _omni_pids(engine: AsyncOmniEngine) -> list[int]:
     return [os.getpid(), *(pid for pid in pids if pid is not None)]
 
 
-def _measure(
-    run: Run, levels: tuple[int, ...], quick: bool
-) -> dict[int, tuple[float, list[float]]]:
+Levels = dict[int, tuple[float, list[float]]]  # C -> (requests/s, every time to first audio)
+
+
+def _measure(run: Run, levels: tuple[int, ...], quick: bool) -> Levels:
     asyncio.run(closed_loop(run, 1, 1))  # warm-up
     results = {}
     for c in levels:
@@ -192,20 +195,6 @@ def _measure(
 
 def _total(c: int, quick: bool) -> int:
     return max(2, c) if quick else max(8, 3 * c)
-
-
-def _samples(run: Run) -> Run:
-    """``run`` recording the audio samples of the last request (all are checked equal)."""
-
-    async def counted(i: int) -> tuple[float, int]:
-        first, n = await run(i)
-        LAST_SAMPLES[0] = n
-        return first, n
-
-    return counted
-
-
-LAST_SAMPLES = [0]
 
 
 def _hop(settings: OmniSettings) -> int:
@@ -225,89 +214,166 @@ def _prefilled(engine: AsyncOmniEngine) -> list[int]:
     return [int(s.get("prefilled_tokens", 0)) for s in states]
 
 
-def _omni(mode: str, settings: OmniSettings, quick: bool, idle_s: float) -> tuple[Any, Any, Any]:
-    """Results per level, idle shares, and per request: [thinker, talker] prefilled tokens, then
-    [thinker text tokens streamed to the caller, talker tokens (audio samples / hop)]."""
+class Side:
+    """One pipeline under test, started once and measured in every round: ``run`` sends one
+    request; ``pids`` are its processes; ``tokens()`` (omni-core only) returns per request so far
+    [thinker, talker] prefilled tokens, then [thinker text tokens streamed to the caller, talker
+    tokens (audio samples / hop)]."""
+
+    def __init__(
+        self,
+        run: Run,
+        pids: list[int],
+        tokens: Callable[[], tuple[list[float], list[float]]] | None = None,
+    ) -> None:
+        self.requests = 0
+        self.samples = 0  # the audio samples of the last request (all are checked equal)
+        self.pids = pids
+        self.tokens = tokens
+
+        async def counted(i: int) -> tuple[float, int]:
+            first, n = await run(i)
+            self.requests += 1
+            self.samples = n
+            return first, n
+
+        self.run: Run = counted
+
+
+def _omni(mode: str, settings: OmniSettings, stack: ExitStack) -> Side:
     engine = AsyncOmniEngine(
         _tiny_omni(mode),
         settings=settings,
         plugins=PluginHost.create(settings, load_entry_points=False),
     )
+    stack.callback(engine.shutdown)
     text_tokens = [0]
-    try:
-        results = _measure(_samples(_omni_run(engine, mode, text_tokens)), LEVELS, quick)
-        requests = 1 + sum(_total(c, quick) for c in LEVELS)
-        prefilled = [n / requests for n in _prefilled(engine)]
-        generated = [text_tokens[0] / requests, LAST_SAMPLES[0] / _hop(settings)]
-        idle = idle_share(_omni_pids(engine), idle_s)
-    finally:
-        engine.shutdown()
-    return results, idle, (prefilled, generated)
+
+    def tokens() -> tuple[list[float], list[float]]:
+        n = max(side.requests, 1)
+        generated = [text_tokens[0] / n, side.samples / _hop(settings)]
+        return [p / n for p in _prefilled(engine)], generated
+
+    side = Side(_omni_run(engine, mode, text_tokens), _omni_pids(engine), tokens)
+    return side
 
 
-def _chain(settings: OmniSettings, quick: bool, idle_s: float) -> tuple[Any, Any]:
+def _chain(settings: OmniSettings, stack: ExitStack) -> Side:
     from omni_core.bench.chain import HandChain
     from omni_core.models import ensure_model
 
     models = [str(ensure_model(m, settings.cache_dir)) for m in ("tiny-thinker", "tiny-talker")]
     vocoder = str(ensure_model("tiny-vocoder", settings.cache_dir))
     chain = HandChain(models[0], models[1], vocoder, ENGINE_ARGS)
-    try:
+    stack.callback(chain.close)
 
-        async def run(i: int) -> tuple[float, int]:
-            start = time.perf_counter()
-            audio = await chain.run(f"r{i}-{time.perf_counter_ns()}", prompt(i))
-            return time.perf_counter() - start, len(audio)
+    async def run(i: int) -> tuple[float, int]:
+        start = time.perf_counter()
+        audio = await chain.run(f"r{i}-{time.perf_counter_ns()}", prompt(i))
+        return time.perf_counter() - start, len(audio)
 
-        results = _measure(run, LEVELS, quick)
-        idle = idle_share([os.getpid(), *chain.pids], idle_s)
-    finally:
-        chain.close()
-    return results, idle
+    return Side(run, [os.getpid(), *chain.pids])
 
 
-def bench_pipeline(quick: bool) -> list[Row]:
-    settings = OmniSettings()
-    idle_s = 1.0 if quick else 3.0
-    chain, chain_idle = _chain(settings, quick, idle_s)
-    modes = ("on_finish",) if quick else ("on_finish", "audio only", "stream")
-    omni = {mode: _omni(mode, settings, quick, idle_s) for mode in modes}
-    rows = wire_rows(quick)
+CHAIN = "hand-wired chain"
+ROUNDS = 3  # interleaved rounds (outside --quick): the figures are medians over them
+
+
+def rounds(sides: dict[str, Side], n: int, quick: bool) -> dict[str, list[Levels]]:
+    """``n`` rounds; in each, every side runs the whole load (each level) once, the order rotated
+    by one side per round (who runs first, right after the machine's last idle spell, changes)."""
+    names = list(sides)
+    results: dict[str, list[Levels]] = {name: [] for name in names}
+    for r in range(n):
+        k = r % len(names)
+        for name in names[k:] + names[:k]:
+            results[name].append(_measure(sides[name].run, LEVELS, quick))
+    return results
+
+
+def _median_rows(results: dict[str, list[Levels]], modes: tuple[str, ...]) -> list[Row]:
+    """Per C: each side's median requests/s and p50/p99 time to first audio over the rounds,
+    against the chain's medians; then ``stream`` against ``on_finish`` and the chain as the
+    median of the per-round ratios (each against the same round's other side)."""
+    rows = []
+
+    def med(name: str, c: int, fig: Callable[[tuple[float, list[float]]], float]) -> float:
+        return statistics.median(fig(levels[c]) for levels in results[name])
+
+    def rate(m: tuple[float, list[float]]) -> float:
+        return m[0]
+
+    def p50(m: tuple[float, list[float]]) -> float:
+        return percentile(m[1], 0.5) * 1e3
+
+    def p99(m: tuple[float, list[float]]) -> float:
+        return percentile(m[1], 0.99) * 1e3
+
     for c in LEVELS:
-        base_rate, base_firsts = chain[c]
-        rows.append(Row("pipeline", f"C={c} hand-wired chain", "requests/s", base_rate, "req/s"))
-        for q, name in ((0.5, "p50"), (0.99, "p99")):
+        base_rate = med(CHAIN, c, rate)
+        rows.append(Row("pipeline", f"C={c} {CHAIN}", "requests/s", base_rate, "req/s"))
+        firsts = {"p50": p50, "p99": p99}
+        for name, fig in firsts.items():
+            value = med(CHAIN, c, fig)
+            rows.append(
+                Row("pipeline", f"C={c} {CHAIN}", f"{name} time to first audio", value, "ms")
+            )
+        for mode in modes:
+            case = f"C={c} omni-core {mode}"
+            rows.append(
+                Row("pipeline", case, "requests/s", med(mode, c, rate), "req/s", base_rate, CHAIN)
+            )
+            for name, fig in firsts.items():  # ratio < 1: omni-core's audio is earlier
+                value, base = med(mode, c, fig), med(CHAIN, c, fig)
+                rows.append(
+                    Row("pipeline", case, f"{name} time to first audio", value, "ms", base, CHAIN)
+                )
+        if "stream" in modes and len(results["stream"]) > 1:
+            per_round = [
+                (s[c][0] / f[c][0], p50(s[c]) / p50(b[c]))
+                for s, f, b in zip(
+                    results["stream"], results["on_finish"], results[CHAIN], strict=True
+                )
+            ]
             rows.append(
                 Row(
                     "pipeline",
-                    f"C={c} hand-wired chain",
-                    f"{name} time to first audio",
-                    percentile(base_firsts, q) * 1e3,
-                    "ms",
+                    f"C={c} stream vs on_finish",
+                    "requests/s ratio, median of rounds",
+                    statistics.median(r[0] for r in per_round),
+                    "x",
                 )
             )
-        for mode in modes:
-            rate, firsts = omni[mode][0][c]
-            case = f"C={c} omni-core {mode}"
             rows.append(
-                Row("pipeline", case, "requests/s", rate, "req/s", base_rate, "hand-wired chain")
-            )
-            for q, name in ((0.5, "p50"), (0.99, "p99")):
-                base = percentile(base_firsts, q) * 1e3
-                value = percentile(firsts, q) * 1e3  # ratio < 1: omni-core's audio is earlier
-                rows.append(
-                    Row(
-                        "pipeline",
-                        case,
-                        f"{name} time to first audio",
-                        value,
-                        "ms",
-                        base,
-                        "hand-wired chain",
-                    )
+                Row(
+                    "pipeline",
+                    f"C={c} stream vs {CHAIN}",
+                    "p50 first audio ratio, median of rounds",
+                    statistics.median(r[1] for r in per_round),
+                    "x",
                 )
+            )
+    return rows
+
+
+def bench_pipeline(quick: bool, n_rounds: int | None = None) -> list[Row]:
+    settings = OmniSettings()
+    idle_s = 1.0 if quick else 3.0
+    modes = ("on_finish",) if quick else ("on_finish", "audio only", "stream")
+    n_rounds = n_rounds or (1 if quick else ROUNDS)
+    with ExitStack() as stack:
+        sides = {CHAIN: _chain(settings, stack)}
+        sides.update({mode: _omni(mode, settings, stack) for mode in modes})
+        results = rounds(sides, n_rounds, quick)
+        samples = {side.samples for side in sides.values()}
+        if len(samples) != 1:
+            raise CheckFailed(f"the sides' requests got different audio lengths: {samples}")
+        tokens = {mode: sides[mode].tokens() for mode in modes}  # type: ignore[misc]
+        idle = {name: idle_share(side.pids, idle_s) for name, side in sides.items()}
+    rows = wire_rows(quick)
+    rows.extend(_median_rows(results, modes))
     for mode in modes:
-        prefilled, generated = omni[mode][2]
+        prefilled, generated = tokens[mode]
         for stage, n in zip(("thinker", "talker"), prefilled, strict=True):
             rows.append(
                 Row("pipeline", f"omni-core {mode}", f"{stage} prefilled tokens/request", n, "tok")
@@ -316,12 +382,10 @@ def bench_pipeline(quick: bool) -> list[Row]:
             rows.append(
                 Row("pipeline", f"omni-core {mode}", f"{what} tokens out/request", n, "tok")
             )
-    for name, idle in (
-        ("hand-wired chain", chain_idle),
-        *((f"omni-core {m}", omni[m][1]) for m in modes),
-    ):
-        rows.append(Row("pipeline", "idle, all processes", name, idle[0] * 100, "% core"))
+    for name, share in idle.items():
+        label = name if name == CHAIN else f"omni-core {name}"
+        rows.append(Row("pipeline", "idle, all processes", label, share[0] * 100, "% core"))
         rows.append(
-            Row("pipeline", "idle, without vLLM's gloo threads", name, idle[1] * 100, "% core")
+            Row("pipeline", "idle, without vLLM's gloo threads", label, share[1] * 100, "% core")
         )
     return rows

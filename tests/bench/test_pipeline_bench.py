@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from typing import Any
 
 import pytest
 
@@ -91,18 +92,74 @@ def test_stream_and_on_finish_generate_the_same_talker_tokens_and_audio():
     assert [e.mode for s in on_finish.stages for e in s.inputs] == ["on_finish", "on_finish"]
 
 
-def test_the_bench_prints_prefilled_and_generated_tokens_per_request_per_mode(monkeypatch):
+def fake_side(rate_by_round: list[float], first_s: float, name: str) -> Any:
+    """A Side whose requests take no time (its per-round rates are given)."""
+    from omni_core.bench import pipeline
+
+    async def run(i: int) -> tuple[float, int]:
+        return first_s, 240
+
+    side = pipeline.Side(run, [os.getpid()], lambda: ([8.0, 24.0], [24.0, 12.0]))
+    side.rates = iter(rate_by_round)  # type: ignore[attr-defined]
+    side.name = name  # type: ignore[attr-defined]
+    return side
+
+
+@pytest.fixture
+def faked(monkeypatch):
+    """The bench with its engines faked out: each side's closed loop returns the next of its
+    per-round rates, and the order the sides ran in is recorded."""
+    from omni_core.bench import pipeline
+
+    order: list[str] = []
+    rates = {
+        pipeline.CHAIN: [10.0, 10.0, 10.0],
+        "on_finish": [10.0, 20.0, 10.0],
+        "audio only": [10.0, 10.0, 10.0],
+        "stream": [5.0, 20.0, 11.0],  # per round vs on_finish: 0.5, 1.0, 1.1 -> median 1.0
+    }
+    firsts = {pipeline.CHAIN: 0.1, "on_finish": 0.1, "audio only": 0.1, "stream": 0.05}
+    sides = {name: fake_side(r, firsts[name], name) for name, r in rates.items()}
+
+    def measure(run: Any, levels: Any, quick: bool) -> Any:
+        side = next(s for s in sides.values() if s.run is run)
+        order.append(side.name)
+        rate = next(side.rates)
+        return {c: (rate, [firsts[side.name]] * 3) for c in levels}
+
+    monkeypatch.setattr(pipeline, "_chain", lambda settings, stack: sides[pipeline.CHAIN])
+    monkeypatch.setattr(pipeline, "_omni", lambda mode, settings, stack: sides[mode])
+    monkeypatch.setattr(pipeline, "_measure", measure)
+    monkeypatch.setattr(pipeline, "idle_share", lambda pids, seconds: (0.01, 0.001))
+    monkeypatch.setattr(pipeline, "wire_rows", lambda quick: [])
+    return order
+
+
+def test_the_bench_prints_prefilled_and_generated_tokens_per_request_per_mode(faked):
     """The rows the reader checks the like-for-like comparison by (engines faked out)."""
     from omni_core.bench import pipeline
 
-    levels = {c: (10.0, [0.05, 0.06]) for c in pipeline.LEVELS}
-    monkeypatch.setattr(pipeline, "_chain", lambda *a: (levels, (0.01, 0.001)))
-    monkeypatch.setattr(
-        pipeline, "_omni", lambda *a: (levels, (0.01, 0.001), ([8.0, 24.0], [24.0, 12.0]))
-    )
-    monkeypatch.setattr(pipeline, "wire_rows", lambda quick: [])
     rows = {(r.case, r.figure): r.value for r in pipeline.bench_pipeline(quick=False)}
     for mode in ("on_finish", "audio only", "stream"):
         assert rows[(f"omni-core {mode}", "talker prefilled tokens/request")] == 24.0
         assert rows[(f"omni-core {mode}", "talker (audio / hop) tokens out/request")] == 12.0
         assert rows[(f"omni-core {mode}", "thinker text tokens out/request")] == 24.0
+
+
+def test_the_bench_takes_medians_of_interleaved_rounds(faked):
+    """3 rounds, every side once per round, the order rotated each round; each side's rate is
+    the median over the rounds and stream vs on_finish the median of the per-round ratios."""
+    from omni_core.bench import pipeline
+
+    rows = {(r.case, r.figure): r for r in pipeline.bench_pipeline(quick=False)}
+    sides = [pipeline.CHAIN, "on_finish", "audio only", "stream"]
+    assert faked == sides + sides[1:] + sides[:1] + sides[2:] + sides[:2]
+    for c in pipeline.LEVELS:
+        assert rows[(f"C={c} omni-core stream", "requests/s")].value == 11.0  # median(5, 20, 11)
+        assert rows[(f"C={c} omni-core on_finish", "requests/s")].value == 10.0
+        ratio = rows[(f"C={c} stream vs on_finish", "requests/s ratio, median of rounds")]
+        assert ratio.value == 1.0  # median(0.5, 1.0, 1.1); the ratio of the medians is 1.1
+        first = rows[
+            (f"C={c} stream vs {pipeline.CHAIN}", "p50 first audio ratio, median of rounds")
+        ]
+        assert first.value == pytest.approx(0.5)
