@@ -176,3 +176,16 @@ def test_concurrent_requests_batched_give_each_ones_codes(talker, hf3):
     # alone: one talker forward per frame (+ the final eos step); batched: one per engine step
     assert talker_forwards <= FRAMES + 1 + len(requests)  # prefills are per request
     assert predictor_forwards == FRAMES * (talker.groups - 1) < frames * (talker.groups - 1)
+
+
+def test_the_talker_bench_measures_batched_against_unbatched(talker):
+    from omni_qwen3.talker_bench import measure
+
+    rows = {(r.case, r.figure): r for r in measure(talker, (3,), 2)}
+    case = "tiny, C=3, 2 frames max"
+    assert rows[(f"{case}, batched", "requests/s")].baseline == pytest.approx(
+        rows[(f"{case}, unbatched", "requests/s")].value
+    )
+    batched = rows[(f"{case}, batched", "talker forwards")].value
+    assert batched < rows[(f"{case}, unbatched", "talker forwards")].value
+    assert talker.batch == 64  # put back

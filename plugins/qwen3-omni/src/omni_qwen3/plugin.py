@@ -96,11 +96,22 @@ def omni_register_benchmarks() -> Iterable[Benchmark]:
 
         return bench_qwen3_omni(quick)
 
+    def talker(quick: bool) -> Any:
+        from omni_qwen3.talker_bench import bench_talker
+
+        return bench_talker(quick)
+
     return [
         Benchmark(
             "qwen3-omni",
             run,
             "qwen3-omni (tiny): TTFP, RTF and underruns p50/p99 at C=1/4/16, code2wav streamed "
             "vs whole in the same run",
-        )
+        ),
+        Benchmark(
+            "qwen3-omni-talker",
+            talker,
+            "qwen3-omni talker (tiny, in-process): requests/s at C=8/16, decode steps batched "
+            "across requests vs one forward each, in the same run",
+        ),
     ]
