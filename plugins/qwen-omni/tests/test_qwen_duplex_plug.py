@@ -67,5 +67,8 @@ def test_the_pipeline_is_qwen_omni_as_a_duplex_engine():
     config = duplex_pipeline()
     assert isinstance(config, PipelineConfig) and config.engine == "duplex"
     thinker = config.stages[0].engine_args
-    assert thinker["engine"]["limit_mm_per_prompt"]["audio"] == MAX_AUDIO_TURNS
+    assert thinker["engine"] == "omni_qwen.duplex_speech:build"
+    assert thinker["options"]["max_audio"] == MAX_AUDIO_TURNS
+    assert thinker["options"]["resumable"] is True
+    assert duplex_pipeline(resumable=False).stages[0].engine_args["options"]["resumable"] is False
     assert [s.name for s in config.stages] == ["thinker", "talker", "token2wav"]

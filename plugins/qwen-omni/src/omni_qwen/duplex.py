@@ -7,13 +7,19 @@ chat-template turn markers) and its samples go in ``multi_modal_data`` (16 kHz f
 thinker's audio encoder hears it; typed text goes in as text. The reply streams as the thinker's
 text deltas and token2wav's speech (the generic audio option ``stream``: voiced chunk by chunk).
 
-Each response is a **fresh thinker request over the whole conversation** (the fallback of
-issue 29): the talker needs the thinker's per-token hidden states of the prompt and the reply,
-and the ``vllm`` kind refuses streamed (resumable) input on a stage with ``hidden_states``, which
-also needs prefix caching off (every prompt position computed). So every turn prefills the whole
-history; :data:`MAX_AUDIO_TURNS` caps the spoken turns kept as audio (older ones become a short
-text note) and the stage's ``max_model_len`` caps the rest (a turn past it fails with one
-``error`` event, the engine keeps serving).
+The conversation lives in the thinker (issue 29): the thinker stage
+(:mod:`omni_qwen.duplex_speech`) keeps one resumable vLLM request per session and each response
+appends only the new turns (:func:`new_turns`), so a turn prefills about its own tokens; the
+stage keeps the session's per-token hidden states and hands the talker the rows of the whole
+context with each reply, so the talker's input is the one a fresh request over the conversation
+gives. The plug also sends the whole conversation (:func:`render`) and fingerprints of its items:
+when the conversation is not what the live request holds (a truncated or deleted item, a session
+closed for idleness) the stage restarts the request from it. **Fallback**
+(``duplex_pipeline(resumable=False)``, i.e. the thinker stage's ``options.resumable: false``):
+each response is a fresh thinker request over the whole conversation, which prefills the whole
+history every turn. :data:`MAX_AUDIO_TURNS` caps the spoken turns of the re-rendered conversation
+kept as audio (older ones become a short text note) and the stage's ``max_model_len`` caps the
+rest (a turn past it fails with one ``error`` event, the engine keeps serving).
 
 Imported only through omni-qwen's optional ``omni_duplex_register_models`` hook implementation:
 omni-qwen works without omni-duplex installed.
@@ -36,6 +42,7 @@ RESUMABLE_PIPELINE = "qwen2.5-omni-duplex-text"
 INPUT_RATE = 16_000  # the thinker's audio encoder (Whisper features)
 MAX_AUDIO_TURNS = 4  # spoken turns kept as audio in one prompt (limit_mm_per_prompt.audio)
 MAX_MODEL_LEN = 2048
+THINKER_ENGINE = "omni_qwen.duplex_speech:build"
 AUDIO_PART = "<|audio_bos|><|AUDIO|><|audio_eos|>"
 # Qwen2.5-Omni's own system prompt: the released model speaks only under it
 SYSTEM_PROMPT = (
@@ -98,10 +105,11 @@ def build_model(pipeline: Any, section: Any) -> Any:
         def validate_pipeline(self, pipeline: Any) -> list[str]:
             problems = list(super().validate_pipeline(pipeline))
             first = pipeline.stages.get(0)
-            if first is None or first.config.kind != "vllm":
+            engine = first.config.engine_args.get("engine") if first is not None else None
+            if engine != THINKER_ENGINE:
                 problems.append(
                     f"{pipeline.config.source}: duplex model '{MODEL}' needs stage 0 to be the "
-                    "Qwen2.5-Omni thinker on the vllm kind"
+                    f"Qwen2.5-Omni thinker of engine_args.engine '{THINKER_ENGINE}'"
                 )
             return problems
 
@@ -110,18 +118,23 @@ def build_model(pipeline: Any, section: Any) -> Any:
             from omni_duplex.model import ResponsePlan
 
             from omni_core.extend import AUDIO_OPTIONS
+            from omni_qwen.duplex_resumable import SESSION_KEY
 
-            prompt = render(
-                context.session.instructions or SYSTEM_PROMPT,
-                context.history,
-                context.turns,
-                MAX_AUDIO_TURNS,
+            system = context.session.instructions or SYSTEM_PROMPT
+            prompt = new_turns(context.turns)
+            prompt.update(
+                system=system,
+                full=render(system, context.history, context.turns, MAX_AUDIO_TURNS),
+                history=[fingerprint(h) for h in context.history],
+                turns=[fingerprint(_user_item(t)) for t in context.turns],
             )
             wants_audio = "audio" in context.session.output_modalities
             params = dict(context.default_params)
             limit = context.session.max_output_tokens
             for sid, value in params.items():
                 changes: dict[str, Any] = {}
+                if sid == 0:
+                    changes["extra"] = {**value.extra, SESSION_KEY: context.session_id}
                 if sid == 0 and limit is not None:
                     changes["max_tokens"] = limit
                 if wants_audio:
@@ -133,16 +146,40 @@ def build_model(pipeline: Any, section: Any) -> Any:
     return QwenOmniDuplexModel()
 
 
-def duplex_pipeline(model: str = "tiny-qwen2.5-omni") -> PipelineConfig:
-    """``qwen2.5-omni`` (thinker → talker → token2wav) as a duplex engine: the thinker takes up
-    to :data:`MAX_AUDIO_TURNS` audio items and :data:`MAX_MODEL_LEN` tokens (a conversation)."""
+def fingerprint(item: dict[str, Any]) -> list[Any]:
+    """What identifies a conversation item for the thinker stage: a reply by its role and text
+    (the stage knows it as it emitted it), others by role, id, text and whether spoken."""
+    if item.get("role") == "assistant":
+        return ["assistant", item.get("text", "")]
+    return [item.get("role"), item.get("item_id"), item.get("text", ""), "audio" in item]
+
+
+def _user_item(t: Any) -> dict[str, Any]:
+    item = {"role": "user", "item_id": t.item_id, "text": t.text}
+    return item if t.audio is None else {**item, "audio": True}
+
+
+def duplex_pipeline(model: str = "tiny-qwen2.5-omni", resumable: bool = True) -> PipelineConfig:
+    """``qwen2.5-omni`` (thinker → talker → token2wav) as a duplex engine: the thinker
+    (:mod:`omni_qwen.duplex_speech`, :data:`MAX_MODEL_LEN` tokens, up to :data:`MAX_AUDIO_TURNS`
+    audio items per prompt) keeps one resumable request per session; ``resumable=False``: the
+    fallback, a fresh thinker request over the whole conversation per response."""
     from omni_core import PipelineConfig
+    from omni_qwen import compat
     from omni_qwen.pipelines import omni_pipeline
 
     data = omni_pipeline(model).model_dump(exclude_unset=True)
-    thinker = data["stages"][0]["engine_args"]
-    thinker["max_model_len"] = MAX_MODEL_LEN
-    thinker["engine"]["limit_mm_per_prompt"]["audio"] = MAX_AUDIO_TURNS
+    env = {"PYTHONPATH": compat.pythonpath_entry()} if compat.needed() else {}
+    options = {
+        "max_model_len": MAX_MODEL_LEN,
+        "max_audio": MAX_AUDIO_TURNS,
+        "idle_s": 300,
+        "resumable": resumable,
+    }
+    data["stages"][0].update(
+        kind="torch",
+        engine_args={"engine": THINKER_ENGINE, "model": model, "env": env, "options": options},
+    )
     data.update(
         name=PIPELINE,
         engine="duplex",

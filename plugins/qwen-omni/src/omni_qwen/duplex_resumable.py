@@ -61,7 +61,7 @@ class SessionThinker(TorchStageEngine):
             kv_cache_memory_bytes=int(options.get("kv_cache_memory_bytes", 64 << 20)),
             disable_log_stats=True,
             enable_prefix_caching=False,
-            limit_mm_per_prompt={"audio": 1, "image": 0, "video": 0},
+            limit_mm_per_prompt={"audio": int(options.get("max_audio", 1)), "image": 0, "video": 0},
             logits_processors=[stop_now_processor()],
         )
         tokenizer = self.engine.get_tokenizer()
