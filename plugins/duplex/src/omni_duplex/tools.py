@@ -157,23 +157,14 @@ async def prepare(runner: SessionRunner, plan: ResponsePlan) -> ResponseTools | 
     first-stage params gain the forced schema (structured output) and the parser's sampling
     changes, and a forced call is text only (no voice reads JSON out)."""
     import msgspec
-    from omni_core.extend import ApiError, ToolCalling, forced_schema
 
     config, model = runner.config, runner.model
     if not config.tools or config.tool_choice == "none":
         return None
     check_model(model, config)
-    defs, choice = tool_defs(config.tools), choice_of(config)
-    parser, tokenizer, where = model.tool_parser()
-    try:
-        calling = ToolCalling.of(defs, choice, parser, tokenizer, where)
-    except ApiError as exc:
-        raise DuplexError("tools_unsupported", f"'session.{exc.message[1:]}") from None
-    assert calling is not None
-    extras: dict[str, Any] = await asyncio.to_thread(calling.vllm_adjustments)
-    forced = forced_schema(defs, choice, None)
-    if forced is not None:
-        extras["structured_outputs"] = {"json": forced}
+    # vLLM's parser and request classes: imports, a parser built on the tokenizer
+    stream, extras, forced = await asyncio.to_thread(_calling, config, model)
+    if forced:
         plan.modalities = ["text"]
     params = dict(runner.manager.default_params if plan.params is None else plan.params)
     if extras and params:
@@ -182,7 +173,26 @@ async def prepare(runner: SessionRunner, plan: ResponsePlan) -> ResponseTools | 
         extra["vllm"] = {**extra.get("vllm", {}), **extras}
         params[first] = msgspec.structs.replace(params[first], extra=extra)
         plan.params = params
-    return ResponseTools(calling.streamer())
+    return ResponseTools(stream)
+
+
+def _calling(config: SessionConfig, model: DuplexModel) -> tuple[Any, dict[str, Any], bool]:
+    """The core's stream of a response's tool calling, its vLLM sampling extras, and whether
+    the call is forced; blocking."""
+    from omni_core.extend import ApiError, ToolCalling, forced_schema
+
+    defs, choice = tool_defs(config.tools), choice_of(config)
+    parser, tokenizer, where = model.tool_parser()
+    try:
+        calling = ToolCalling.of(defs, choice, parser, tokenizer, where)
+        forced = forced_schema(defs, choice, None)
+    except ApiError as exc:  # "'tool_choice': ... needs a tool-call parser", "'tools': ..."
+        raise DuplexError("tools_unsupported", f"'session.{exc.message[1:]}") from None
+    assert calling is not None
+    extras: dict[str, Any] = calling.vllm_adjustments()
+    if forced is not None:
+        extras["structured_outputs"] = {"json": forced}
+    return calling.streamer(), extras, forced is not None
 
 
 async def on_text(runner: SessionRunner, resp: _Response, text: str, token_ids: list[int]) -> None:

@@ -1,0 +1,258 @@
+"""Tools in realtime sessions without an engine of a real model: the client events, the checks of
+``tools``/``tool_choice`` (one error naming the field), the ``chat`` plug's conversation, and a
+whole tool round trip on scripted stages whose text is a canned ``hermes`` answer, read by vLLM's
+hermes parser through the session's own path (``tool_choice`` auto)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from duplex_helpers import of_type, pipeline, until
+from omni_core import hookimpl
+
+import omni_duplex.plugin as duplex_plugin
+from omni_duplex import protocol as P
+from omni_duplex.chat import conversation
+from omni_duplex.client_events import ClientEventError, commands_from_event
+from omni_duplex.config import SessionConfig, parse_session_config
+from omni_duplex.errors import DuplexError
+from omni_duplex.model import Delta, DuplexModelSpec, ResponseContext, TinyOmniModel, UserTurn
+
+WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "a city's weather",
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+        "required": ["city"],
+    },
+}
+HERMES_ANSWER = (
+    'ok <tool_call>\n{"name": "get_weather", "arguments": {"city": "Rome"}}\n</tool_call>'
+)
+
+
+# --- client events ------------------------------------------------------------------------------
+def test_session_update_carries_tools_and_tool_choice():
+    (cmd,) = commands_from_event(
+        {
+            "type": "session.update",
+            "session": {"tools": [WEATHER], "tool_choice": {"type": "function", "name": "x"}},
+        }
+    )
+    assert isinstance(cmd, P.UpdateSession)
+    assert cmd.session == {
+        "tools": [WEATHER],
+        "tool_choice": {"type": "function", "name": "x"},
+    }
+    (cmd,) = commands_from_event({"type": "session.update", "session": {"tools": None}})
+    assert cmd.session == {"tools": []}
+
+
+def test_a_function_call_output_item_is_a_tool_output_command():
+    item = {"type": "function_call_output", "call_id": "c1", "output": "sunny", "id": "i1"}
+    (cmd,) = commands_from_event({"type": "conversation.item.create", "item": item})
+    assert cmd == P.ToolOutput(call_id="c1", output="sunny", item_id="i1")
+
+
+@pytest.mark.parametrize(
+    ("event", "where"),
+    [
+        (
+            {
+                "type": "conversation.item.create",
+                "item": {"type": "function_call_output", "output": "x"},
+            },
+            "'item.call_id'",
+        ),
+        (
+            {
+                "type": "conversation.item.create",
+                "item": {"type": "function_call_output", "call_id": "c", "output": 3},
+            },
+            "'item.output'",
+        ),
+        ({"type": "session.update", "session": {"tools": {"a": 1}}}, "'session.tools'"),
+        ({"type": "session.update", "session": {"tool_choice": 3}}, "'session.tool_choice"),
+    ],
+)
+def test_malformed_tool_events_name_the_field(event, where):
+    with pytest.raises(ClientEventError) as err:
+        commands_from_event(event)
+    assert where in err.value.message
+
+
+# --- the checks of tools and tool_choice ---------------------------------------------------------
+@pytest.mark.parametrize(
+    ("session", "where"),
+    [
+        ({"tools": [{**WEATHER, "name": "has space"}]}, "'session.tools[0].name'"),
+        ({"tools": [{**WEATHER, "parameters": {"type": "objekt"}}]}, "'session.tools[0].parameters'"),
+        ({"tools": [WEATHER, {**WEATHER, "strict": True, "x": 1}]}, "'session.tools[1].strict'"),
+        ({"tools": [{**WEATHER, "type": "mcp"}]}, "'session.tools[0].type'"),
+        ({"tools": [WEATHER, WEATHER]}, "'session.tools[1].name'"),
+        ({"tools": ["get_weather"]}, "'session.tools[0]'"),
+        ({"tools": [WEATHER], "tool_choice": "sometimes"}, "'session.tool_choice'"),
+        ({"tool_choice": "required"}, "'session.tool_choice'"),
+        ({"tools": [WEATHER], "tool_choice": {"type": "function", "name": "f"}},
+         "'session.tool_choice.name'"),
+    ],
+)  # fmt: skip
+def test_a_bad_tool_or_choice_is_one_error_naming_the_field(session, where):
+    with pytest.raises(DuplexError) as err:
+        SessionConfig().updated(session)
+    assert err.value.code == "invalid_session_config" and where in err.value.message
+
+
+def test_good_tools_are_kept_in_the_realtime_shape():
+    named = {"type": "function", "name": "get_weather"}
+    config = parse_session_config({"tools": [WEATHER], "tool_choice": named})
+    assert config.public()["tools"] == [WEATHER] and config.public()["tool_choice"] == named
+    assert SessionConfig().tool_choice == "auto" and SessionConfig().tools == []
+
+
+# --- the chat plug's conversation ----------------------------------------------------------------
+def test_calls_and_outputs_become_the_chat_messages_of_a_tool_turn():
+    history = [
+        {"role": "user", "item_id": "u", "text": "weather in Rome and Paris?"},
+        {"role": "assistant", "item_id": "a", "text": "let me look"},
+        {"role": "assistant", "item_id": "c1", "text": '{"city": "Rome"}',
+         "type": "function_call", "call_id": "k1", "name": "get_weather"},
+        {"role": "assistant", "item_id": "c2", "text": '{"city": "Paris"}',
+         "type": "function_call", "call_id": "k2", "name": "get_weather"},
+        {"role": "tool", "item_id": "o1", "text": "sunny", "type": "function_call_output",
+         "call_id": "k1"},
+    ]  # fmt: skip
+    context = ResponseContext(
+        SessionConfig(instructions="be brief"), [UserTurn("t", None, "thanks")], history
+    )
+    call = lambda cid, city: {  # noqa: E731
+        "id": cid,
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": json.dumps({"city": city})},
+    }
+    assert conversation(context) == [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "weather in Rome and Paris?"},
+        {"role": "assistant", "content": "let me look"},
+        {"role": "assistant", "content": None, "tool_calls": [call("k1", "Rome"), call("k2", "Paris")]},
+        {"role": "tool", "tool_call_id": "k1", "content": "sunny"},
+        {"role": "user", "content": "thanks"},
+    ]  # fmt: skip
+
+
+# --- a round trip on scripted stages (tool_choice auto, vLLM's hermes parser) --------------------
+class CannedHermes(TinyOmniModel):
+    """The scripted thinker's first text output becomes :data:`HERMES_ANSWER`, in 4-character
+    deltas; tools go through vLLM's hermes parser. Records each response's context."""
+
+    name = "test-tools"
+    supports_tools = True
+
+    def __init__(self, parser):
+        self.parser = parser
+        self.contexts = []
+        self.answered = set()
+
+    def tool_parser(self):
+        return self.parser, object(), "test"
+
+    def plan_response(self, context):
+        self.contexts.append(context)
+        return super().plan_response(context)
+
+    def project(self, output):
+        if output.output_type != "text" or not output.text or output.request_id in self.answered:
+            return []
+        self.answered.add(output.request_id)
+        text = HERMES_ANSWER
+        return [Delta("text", text[i : i + 4]) for i in range(0, len(text), 4)]
+
+
+class ToolsPlugin:
+    OMNI_PLUGIN_API_VERSION = 2
+
+    def __init__(self, model):
+        self.model = model
+
+    @hookimpl
+    def omni_duplex_register_models(self):
+        return [DuplexModelSpec("test-tools", lambda pipeline, section: self.model, "hermes")]
+
+
+@pytest.fixture
+def canned(make_engine, fake_entry_points):
+    import vllm.entrypoints.openai.chat_completion.protocol  # noqa: F401  (what the parser reads)
+    from omni_core.extend import load_parser
+
+    model = CannedHermes(load_parser("hermes", "thinker"))
+    fake_entry_points.add("duplex", duplex_plugin, distribution="omni-duplex", version="0.1.0")
+    fake_entry_points.add("duplex-tools-test", ToolsPlugin(model), distribution="duplex-tests")
+    return make_engine(pipeline(section="{model: test-tools, vad: energy}")), model
+
+
+TEXT_ONLY = {"turn_detection": None, "output_modalities": ["text"]}
+
+
+@pytest.mark.engine  # no engine of a model, but vLLM's parser: the vllm extra (~7 s CPU import)
+async def test_auto_reads_a_hermes_call_into_function_call_events_and_the_output_answers_it(
+    canned,
+):
+    engine, model = canned
+    session = await engine.open_session(TEXT_ONLY)
+    await until(session, of_type(P.SESSION_CREATED))
+    session.send(P.UpdateSession(session={"tools": [WEATHER]}))  # tool_choice: auto
+    await until(session, of_type(P.SESSION_UPDATED))
+    session.send(P.AppendText(text="weather in Rome?", commit=True))
+    session.send(P.CreateResponse())
+    events = await until(session, of_type(P.RESPONSE_DONE))
+    by = {}
+    for e in events:
+        by.setdefault(e.type, []).append(e.data)
+    assert "".join(d["delta"] for d in by[P.TEXT_DELTA]).strip() == "ok"
+    ((added,),) = [by[P.OUTPUT_ITEM_ADDED]]
+    item = added["item"]
+    assert item["type"] == "function_call" and item["name"] == "get_weather"
+    assert added["output_index"] == 1  # after the message the content went to
+    arguments = "".join(d["delta"] for d in by[P.FUNCTION_CALL_ARGUMENTS_DELTA])
+    assert json.loads(arguments) == {"city": "Rome"}
+    ((done,),) = [by[P.FUNCTION_CALL_ARGUMENTS_DONE]]
+    assert done["arguments"] == arguments and done["call_id"] == item["call_id"]
+    ((item_done,),) = [by[P.OUTPUT_ITEM_DONE]]
+    assert item_done["item"]["status"] == "completed"
+    response = events[-1].data
+    assert response["status"] == "completed" and response["text"].strip() == "ok"
+    assert [c["call_id"] for c in response["calls"]] == [item["call_id"]]
+
+    session.send(P.ToolOutput(call_id="nope", output="x", event_id="e1"))
+    error = (await until(session, of_type(P.ERROR)))[-1]
+    assert "'item.call_id'" in error.data["message"] and error.data["event_id"] == "e1"
+    session.send(P.ToolOutput(call_id=item["call_id"], output="sunny"))
+    await until(session, of_type(P.ITEM_DONE))
+    session.send(P.CreateResponse())
+    await until(session, of_type(P.RESPONSE_DONE))
+    kinds = [(h.get("type", "message"), h["text"]) for h in model.contexts[-1].history]
+    assert kinds == [
+        ("message", "weather in Rome?"),
+        ("message", "ok "),
+        ("function_call", arguments),
+        ("function_call_output", "sunny"),
+    ]
+    rendered = conversation(model.contexts[-1])
+    assert rendered[-1] == {"role": "tool", "tool_call_id": item["call_id"], "content": "sunny"}
+    await session.close()
+
+
+async def test_tools_need_a_plug_that_renders_them(duplex):
+    engine = duplex(section="{model: test-voice, vad: energy}")
+    session = await engine.open_session(TEXT_ONLY)
+    session.send(P.UpdateSession(session={"tools": [WEATHER]}, event_id="u1"))
+    error = (await until(session, of_type(P.ERROR)))[-1]
+    assert error.data["code"] == "tools_unsupported" and error.data["event_id"] == "u1"
+    assert "'session.tools'" in error.data["message"]
+    session.send(P.ToolOutput(call_id="c", output="x"))
+    error = (await until(session, of_type(P.ERROR)))[-1]
+    assert error.data["code"] == "tools_unsupported"
+    await session.close()
