@@ -39,12 +39,12 @@ talker). The codec bos is suppressed; the talker stops at a codec pad or end cod
 an unknown one is a 400 naming the available ones.
 
 One talker step per engine step for every request that can step; each request keeps its own KV
-cache. Prefills run one forward per request (their lengths differ). **Decode steps are batched**:
-the requests decoding in an engine step (up to ``options.max_batch``) share one forward of one row
-each, their caches left-padded to the longest, an attention mask hiding the padding and each
-request's own 3D rope position; the new cache rows are cut back out per request. Codes are
-transformers' batch-of-one's up to float rounding (a lone request, or ``max_batch: 1``, runs
-exactly the batch-of-one forward).
+cache. Prefills run one forward per request (their lengths differ). **Decode steps are batched**
+(:mod:`omni_qwen.talker_batch`): the requests decoding in an engine step (up to
+``options.max_batch``) share one forward of one row each, their caches left-padded to the
+longest, an attention mask hiding the padding and each request's own 3D rope position; the new
+cache rows are cut back out per request. Codes are transformers' batch-of-one's up to float
+rounding (a lone request, or ``max_batch: 1``, runs exactly the batch-of-one forward).
 """
 
 from __future__ import annotations
@@ -65,6 +65,7 @@ from omni_qwen.checkpoint import (
     read_rows,
     token_ids,
 )
+from omni_qwen.talker_batch import decode_rows
 
 logger = logging.getLogger(__name__)
 
@@ -449,48 +450,13 @@ class TalkerEngine(TorchStageEngine):
 
     def forward_batch(self, group: list[tuple[_Request, tuple[str, int]]]) -> list[int]:
         """One decode row of each request of ``group`` (its state, its planned step; all past
-        their prefill) in one forward: their caches left-padded to the longest into one batch
-        cache, the padding masked out, each row at its own rope position; each request's cache
-        is then its rows of the batch's."""
-        from transformers import DynamicCache
-
+        their prefill) in one forward (:func:`omni_qwen.talker_batch.decode_rows`), and each
+        request's next code."""
         torch = self.torch
         states = [s for s, _ in group]
-        pasts = [s.past for s in states]
-        longest = max(pasts)
         with torch.inference_mode():
-            codec = self.talker.get_input_embeddings()
-            previous = torch.tensor([[s.codes[-1]] for s in states], device=self.device)
             rows = torch.stack([self.inputs(s, plan) for s, plan in group])
-            inputs = codec(previous) + rows[:, None]
-            positions = torch.tensor(
-                [s.past + s.rope_delta for s in states], dtype=torch.long, device=self.device
-            ).reshape(1, -1, 1)
-            mask = torch.zeros((len(states), longest + 1), dtype=torch.long, device=self.device)
-            for i, past in enumerate(pasts):
-                mask[i, longest - past :] = 1
-            cache = DynamicCache(config=self.talker.config)
-            for index in range(len(states[0].cache.layers)):
-                keys, values = [], []
-                for state, past in zip(states, pasts, strict=True):
-                    layer = state.cache.layers[index]
-                    pad = (0, 0, longest - past, 0)  # left-pad the sequence dimension
-                    keys.append(torch.nn.functional.pad(layer.keys, pad))
-                    values.append(torch.nn.functional.pad(layer.values, pad))
-                cache.update(torch.cat(keys), torch.cat(values), index)
-            out = self.talker(
-                inputs_embeds=inputs,
-                attention_mask=mask,
-                position_ids=positions.expand(3, -1, -1),
-                past_key_values=cache,
-                use_cache=True,
-            )
-            for i, (state, past) in enumerate(zip(states, pasts, strict=True)):
-                for mine, batched in zip(state.cache.layers, cache.layers, strict=True):
-                    mine.keys = batched.keys[i : i + 1, :, longest - past :]
-                    mine.values = batched.values[i : i + 1, :, longest - past :]
-                state.past = past + 1
-            logits = out.logits[:, -1]
+            logits = decode_rows(torch, self.talker, states, rows, self.device)
             return [self.sample(state, logits[i : i + 1]) for i, state in enumerate(states)]
 
     def prefill_positions(self, state: _Request, length: int) -> Any:
