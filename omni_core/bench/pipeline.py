@@ -10,12 +10,17 @@ there the talker asks for 12 / 3 = 4 tokens per segment and the vocoder voices c
 the same 12 talker tokens and the same audio per request as ``on_finish`` (like for like; the
 tokens each stage generated per request are printed per mode).
 
-Figures per concurrency C: requests/s and p50/p99 time to first audio, omni-core with
-``on_finish`` edges against the chain (which forwards on finish too); outside ``--quick`` also
-with ``on_finish`` edges and no text output (``audio only``: like the chain, which streams no
-text to its caller) and with ``stream`` edges; the prompt tokens each vLLM stage prefilled per
-request in each mode (prefix-cache hits left out). Then the CPU of every process of each pipeline
-over idle seconds with no request. First, the per-output cost of the stage-process wire
+Every side (the chain, each omni-core mode) is started once and runs the whole load in each of
+``ROUNDS`` interleaved rounds (``--quick``: one), the order rotated by one side per round. Figures
+per concurrency C, medians over the rounds: requests/s and p50/p99 time to first audio, omni-core
+with ``on_finish`` edges against the chain (which forwards on finish too); outside ``--quick``
+also with ``on_finish`` edges and no text output (``audio only``: like the chain, which streams
+no text to its caller) and with ``stream`` edges, with ``stream`` against ``on_finish`` (rates)
+and against the chain (p50 first audio) as medians of the per-round ratios. Per request in each
+mode, counts rather than times: the prompt tokens each vLLM stage prefilled (prefix-cache hits
+left out), the tokens generated, each vLLM stage's engine steps, the inputs appended to the
+talker's and the vocoder's requests. Then the CPU of every process of each pipeline over idle
+seconds with no request. First, the per-output cost of the stage-process wire
 (:mod:`omni_core.bench.wire_cost`).
 """
 
@@ -207,29 +212,48 @@ def _hop(settings: OmniSettings) -> int:
     return int(json.loads(path.read_text())["hop"])
 
 
-def _prefilled(engine: AsyncOmniEngine) -> list[int]:
-    """Prompt tokens each vLLM stage (thinker, talker) sent to prefill so far, prefix-cache hits
-    left out (the vllm kind's ``get_state``)."""
-    states = asyncio.run(engine.collective_rpc("get_state", stage_ids=[0, 1]))
-    return [int(s.get("prefilled_tokens", 0)) for s in states]
+def _vllm_states(engine: AsyncOmniEngine) -> list[dict[str, Any]]:
+    """The vllm kind's ``get_state`` of each vLLM stage (thinker, talker): prompt tokens sent to
+    prefill so far (prefix-cache hits left out), engine steps taken."""
+    return list(asyncio.run(engine.collective_rpc("get_state", stage_ids=[0, 1])))
+
+
+def _count_inputs(engine: AsyncOmniEngine) -> dict[str, list[int]]:
+    """Per stage name, a counter of the inputs appended to its requests (``add_input``: one
+    message per ``stream``-edge chunk after the first), kept by wrapping its clients."""
+    counts: dict[str, list[int]] = {}
+    for pool in engine._runtime.orchestrator.pools.values():  # type: ignore[union-attr]
+        count = counts[pool.stage.name] = [0]
+        for client in pool.clients:
+            if client is not None:
+                client.add_input = _counting(client.add_input, count)  # type: ignore[method-assign]
+    return counts
+
+
+def _counting(add_input: Callable[..., Awaitable[None]], count: list[int]) -> Any:
+    async def counted(request_id: str, prompt: Any, final: bool) -> None:
+        count[0] += 1
+        await add_input(request_id, prompt, final)
+
+    return counted
 
 
 class Side:
     """One pipeline under test, started once and measured in every round: ``run`` sends one
-    request; ``pids`` are its processes; ``tokens()`` (omni-core only) returns per request so far
-    [thinker, talker] prefilled tokens, then [thinker text tokens streamed to the caller, talker
-    tokens (audio samples / hop)]."""
+    request; ``pids`` are its processes; ``counts()`` (omni-core only) returns figures per request
+    so far (tokens prefilled and generated, engine steps, inputs appended: the work the modes are
+    compared by)."""
 
     def __init__(
         self,
         run: Run,
         pids: list[int],
-        tokens: Callable[[], tuple[list[float], list[float]]] | None = None,
+        counts: Callable[[], dict[str, float]] | None = None,
     ) -> None:
         self.requests = 0
         self.samples = 0  # the audio samples of the last request (all are checked equal)
         self.pids = pids
-        self.tokens = tokens
+        self.counts = counts
 
         async def counted(i: int) -> tuple[float, int]:
             first, n = await run(i)
@@ -248,13 +272,23 @@ def _omni(mode: str, settings: OmniSettings, stack: ExitStack) -> Side:
     )
     stack.callback(engine.shutdown)
     text_tokens = [0]
+    inputs = _count_inputs(engine)
 
-    def tokens() -> tuple[list[float], list[float]]:
+    def counts() -> dict[str, float]:
         n = max(side.requests, 1)
-        generated = [text_tokens[0] / n, side.samples / _hop(settings)]
-        return [p / n for p in _prefilled(engine)], generated
+        thinker, talker = _vllm_states(engine)
+        return {
+            "thinker prefilled tokens/request": thinker.get("prefilled_tokens", 0) / n,
+            "talker prefilled tokens/request": talker.get("prefilled_tokens", 0) / n,
+            "thinker text tokens out/request": text_tokens[0] / n,
+            "talker (audio / hop) tokens out/request": side.samples / _hop(settings),
+            "thinker engine steps/request": thinker.get("engine_steps", 0) / n,
+            "talker engine steps/request": talker.get("engine_steps", 0) / n,
+            "talker inputs appended/request": inputs["talker"][0] / n,
+            "vocoder inputs appended/request": inputs["vocoder"][0] / n,
+        }
 
-    side = Side(_omni_run(engine, mode, text_tokens), _omni_pids(engine), tokens)
+    side = Side(_omni_run(engine, mode, text_tokens), _omni_pids(engine), counts)
     return side
 
 
@@ -368,20 +402,14 @@ def bench_pipeline(quick: bool, n_rounds: int | None = None) -> list[Row]:
         samples = {side.samples for side in sides.values()}
         if len(samples) != 1:
             raise CheckFailed(f"the sides' requests got different audio lengths: {samples}")
-        tokens = {mode: sides[mode].tokens() for mode in modes}  # type: ignore[misc]
+        counts = {mode: sides[mode].counts() for mode in modes}  # type: ignore[misc]
         idle = {name: idle_share(side.pids, idle_s) for name, side in sides.items()}
     rows = wire_rows(quick)
     rows.extend(_median_rows(results, modes))
     for mode in modes:
-        prefilled, generated = tokens[mode]
-        for stage, n in zip(("thinker", "talker"), prefilled, strict=True):
-            rows.append(
-                Row("pipeline", f"omni-core {mode}", f"{stage} prefilled tokens/request", n, "tok")
-            )
-        for what, n in zip(("thinker text", "talker (audio / hop)"), generated, strict=True):
-            rows.append(
-                Row("pipeline", f"omni-core {mode}", f"{what} tokens out/request", n, "tok")
-            )
+        for figure, value in counts[mode].items():
+            unit = "steps" if "steps" in figure else "msg" if "inputs" in figure else "tok"
+            rows.append(Row("pipeline", f"omni-core {mode}", figure, value, unit))
     for name, share in idle.items():
         label = name if name == CHAIN else f"omni-core {name}"
         rows.append(Row("pipeline", "idle, all processes", label, share[0] * 100, "% core"))

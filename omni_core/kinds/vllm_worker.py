@@ -88,6 +88,7 @@ class VllmWorkerEngine:
         # sessions waiting for their next chunk: unfinished in vLLM, but nothing to step
         self.idle: set[str] = set()
         self.prefilled = 0  # prompt tokens sent to prefill (less prefix-cache hits), all requests
+        self.steps = 0  # vLLM engine steps taken (omni bench pipeline: steps per request)
 
     def _open(self, config: dict[str, Any], pooling: bool = False, **overrides: Any) -> None:
         """Build the stage's vLLM engine (``engine``, its adapter ``va``, the errors it raises):
@@ -106,14 +107,14 @@ class VllmWorkerEngine:
             overrides.update(va.pooling_engine_args())
         self.engine = va.build_engine(
             config["model"],
-            enforce_eager=True,
             kv_cache_memory_bytes=args["kv_cache_memory_bytes"],
             max_model_len=args["max_model_len"],
             max_num_seqs=args["max_num_seqs"],
             dtype=args["dtype"],
             seed=args["seed"],
             disable_log_stats=True,
-            **{**args["engine"], **overrides},
+            # eager unless engine.enforce_eager is false (a compiled model class: docs/models.md)
+            **{"enforce_eager": True, **args["engine"], **overrides},
         )
         self.max_model_len = args["max_model_len"]
 
@@ -293,6 +294,7 @@ class VllmWorkerEngine:
                 "pid": os.getpid(),
                 "unfinished": self.engine.get_num_unfinished_requests(),
                 "prefilled_tokens": self.prefilled,
+                "engine_steps": self.steps,
                 "paused": self.paused,
             }
         if method == "die":
@@ -308,6 +310,7 @@ class VllmWorkerEngine:
         outputs, self.ready = self.ready, []
         if self.paused or not self._busy():
             return outputs
+        self.steps += 1
         for ro in self.engine.step():
             owner = self.sub_owner.get(ro.request_id, ro.request_id)
             try:

@@ -99,7 +99,12 @@ def fake_side(rate_by_round: list[float], first_s: float, name: str) -> Any:
     async def run(i: int) -> tuple[float, int]:
         return first_s, 240
 
-    side = pipeline.Side(run, [os.getpid()], lambda: ([8.0, 24.0], [24.0, 12.0]))
+    counts = {
+        "talker prefilled tokens/request": 24.0,
+        "talker (audio / hop) tokens out/request": 12.0,
+        "talker engine steps/request": 3.5,
+    }
+    side = pipeline.Side(run, [os.getpid()], lambda: counts)
     side.rates = iter(rate_by_round)  # type: ignore[attr-defined]
     side.name = name  # type: ignore[attr-defined]
     return side
@@ -135,7 +140,7 @@ def faked(monkeypatch):
     return order
 
 
-def test_the_bench_prints_prefilled_and_generated_tokens_per_request_per_mode(faked):
+def test_the_bench_prints_its_counts_per_request_per_mode(faked):
     """The rows the reader checks the like-for-like comparison by (engines faked out)."""
     from omni_core.bench import pipeline
 
@@ -143,7 +148,7 @@ def test_the_bench_prints_prefilled_and_generated_tokens_per_request_per_mode(fa
     for mode in ("on_finish", "audio only", "stream"):
         assert rows[(f"omni-core {mode}", "talker prefilled tokens/request")] == 24.0
         assert rows[(f"omni-core {mode}", "talker (audio / hop) tokens out/request")] == 12.0
-        assert rows[(f"omni-core {mode}", "thinker text tokens out/request")] == 24.0
+        assert rows[(f"omni-core {mode}", "talker engine steps/request")] == 3.5
 
 
 def test_the_bench_takes_medians_of_interleaved_rounds(faked):

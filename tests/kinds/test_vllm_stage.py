@@ -169,3 +169,18 @@ def test_killing_a_replica_fails_only_its_requests(engine):
     assert failed.error.type == "ReplicaDeadError"
     assert engine.is_alive()
     assert engine.health()["stages"]["llm"]["replicas"].count(True) == 1
+
+
+def test_get_state_counts_the_engine_steps(engine):
+    """``engine_steps`` (what ``omni bench pipeline`` divides per request): one step per token
+    of a lone request (its prefill gives the first)."""
+    once = {"llm": {"max_tokens": 16, "extra": {"vllm": {"ignore_eos": True}}}}
+
+    async def go():
+        before = sum(s["engine_steps"] for s in await engine.collective_rpc("get_state"))
+        outs = [o async for o in engine.generate("steps", sampling_params=once)]
+        after = sum(s["engine_steps"] for s in await engine.collective_rpc("get_state"))
+        return sum(len(o.token_ids) for o in outs), after - before
+
+    tokens, steps = asyncio.run(go())
+    assert tokens == 16 and steps == 16
