@@ -77,7 +77,8 @@ async def test_an_idle_engine_s_watchdog_sleeps_and_wakes_for_work(
     make_engine, hog_module, caplog, monkeypatch
 ):
     """Idle, neither the loop's timer nor the thread wakes up (they used to, 20 times a second
-    each); a request wakes them (the stall is named), and they sleep again once it is done."""
+    each: 12 clock reads in 0.3 s on a loaded box); a request wakes them (the stall is named),
+    and they sleep again once it is done (up to 3 reads allowed: a late last beat and check)."""
     caplog.set_level(logging.WARNING, logger=WATCHDOG)
     clock = CountingClock()
     monkeypatch.setattr(watchdog, "time", clock)
@@ -85,11 +86,11 @@ async def test_an_idle_engine_s_watchdog_sleeps_and_wakes_for_work(
     await asyncio.sleep(0.1)  # started: the first beat finds no request
     clock.reads = 0
     await asyncio.sleep(0.3)
-    assert clock.reads <= 1, f"an idle engine's watchdog woke {clock.reads} times in 0.3 s"
+    assert clock.reads <= 3, f"an idle engine's watchdog woke {clock.reads} times in 0.3 s"
     [out] = await collect(engine, "x")
     assert out.text == "done"
     assert [r for r in caplog.records if "stage 'hogger' replica 0" in r.getMessage()]
     await asyncio.sleep(0.1)  # the beat after the request finds none
     clock.reads = 0
     await asyncio.sleep(0.3)
-    assert clock.reads <= 1, f"the watchdog woke {clock.reads} times in 0.3 s after a request"
+    assert clock.reads <= 3, f"the watchdog woke {clock.reads} times in 0.3 s after a request"
