@@ -256,3 +256,58 @@ async def test_tools_need_a_plug_that_renders_them(duplex):
     error = (await until(session, of_type(P.ERROR)))[-1]
     assert error.data["code"] == "tools_unsupported"
     await session.close()
+
+
+# --- the end of a response with calls -------------------------------------------------------
+class FakeRunner:
+    def __init__(self):
+        self.events, self.history = [], []
+
+    def emit(self, kind, **data):
+        self.events.append((kind, data))
+
+    def _remember(self, role, item_id, text, **more):
+        self.history.append({"role": role, "item_id": item_id, "text": text, **more})
+
+
+def ended(status):
+    from omni_duplex.session import _Response
+    from omni_duplex.tools import ResponseTools, close_calls, emit, remember_calls
+
+    runner, resp = FakeRunner(), _Response("r", "run", "m", 0)
+    resp.tools = ResponseTools(stream=None)
+    piece = {"index": 0, "id": "k1", "function": {"name": "get_weather", "arguments": '{"ci'}}
+    emit(runner, resp, {"tool_calls": [piece]})
+    emit(runner, resp, {"tool_calls": [{"index": 0, "function": {"arguments": 'ty": "Rome"}'}}]})
+    calls = close_calls(runner, resp, status)
+    remember_calls(runner, resp)
+    return runner, calls
+
+
+def test_a_completed_call_enters_the_conversation_and_response_done_lists_it():
+    from omni_duplex.realtime import to_server_event
+
+    runner, calls = ended("completed")
+    kinds = [k for k, _ in runner.events]
+    assert kinds == [
+        P.OUTPUT_ITEM_ADDED,
+        P.FUNCTION_CALL_ARGUMENTS_DELTA,
+        P.FUNCTION_CALL_ARGUMENTS_DELTA,
+        P.FUNCTION_CALL_ARGUMENTS_DONE,
+        P.OUTPUT_ITEM_DONE,
+    ]
+    assert runner.events[3][1]["arguments"] == '{"city": "Rome"}'
+    assert calls[0]["status"] == "completed" and calls[0]["call_id"] == "k1"
+    assert [(h["type"], h["call_id"], h["text"]) for h in runner.history] == [
+        ("function_call", "k1", '{"city": "Rome"}')
+    ]
+    data = {"response_id": "r", "item_id": "m", "status": "completed", "reason": "stop",
+            "text": "", "audio_ms": 0, "calls": calls}  # fmt: skip
+    wire = to_server_event(P.DuplexEvent(P.RESPONSE_DONE, "s", 0, data, 0.0))
+    assert wire["response"]["output"] == calls  # no message: the reply is the call
+
+
+def test_a_cancelled_call_is_incomplete_and_stays_out_of_the_conversation():
+    runner, calls = ended("cancelled")
+    assert runner.events[-1][1]["item"]["status"] == "incomplete"
+    assert calls[0]["status"] == "incomplete" and runner.history == []

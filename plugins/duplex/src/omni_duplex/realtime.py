@@ -72,15 +72,15 @@ def to_server_event(event: P.DuplexEvent) -> dict[str, Any]:
         status = d["status"]
         details: dict[str, Any] = {"type": status, "reason": d["reason"]}
         content = [{"type": "output_audio", "transcript": d["text"]}]
+        message = {"id": d["item_id"], "type": "message", "role": "assistant", "content": content}
+        calls = d.get("calls") or []  # function_call items (omni_duplex.tools)
+        spoke = d["text"] or d["audio_ms"] or not calls  # a reply of calls only has no message
         out["response"] = {
             "id": d["response_id"],
             "object": "realtime.response",
             "status": status,
             "status_details": details,
-            "output": [
-                {"id": d["item_id"], "type": "message", "role": "assistant", "content": content}
-            ][: 1 if d["text"] or d["audio_ms"] or not d.get("calls") else 0]
-            + d.get("calls", []),
+            "output": ([message] if spoke else []) + calls,
             "audio_ms": d["audio_ms"],
         }
     elif event.type in (P.TEXT_DELTA, P.AUDIO_DELTA):
