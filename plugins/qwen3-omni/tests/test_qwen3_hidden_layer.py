@@ -7,6 +7,12 @@ Greedy, float32, 8 new tokens; every row (prompt + generated - 1) within 1e-4 ma
 reference sheet measured 3.1e-5 for this layer and 5.3e-6 for the embeddings). The talker reads
 ``layer:2`` only at the prompt's audio/image rows; those rows are checked to carry the encoders'
 features (not the placeholder's text embedding).
+
+The compiled route (``thinker_engine_args(compiled=True)``: vLLM compiles the language model and
+the stage runs omni-qwen3's ``TapThinker``, its aux layer set at construction) gives the eager
+route's rows within the same 1e-4, on the same prompts; each stage's model is asked what it is
+(its class, its aux layers, whether vLLM compiled it), so the compiled test cannot pass on the
+eager hook route. It starts one more engine and compiles it: ``slow``.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import pytest
 from omni_qwen.pipelines import thinker_stage
 from omni_qwen3.build import ACCEPT_LAYER
 from omni_qwen3.pipelines import thinker_engine_args
+from omni_qwen3.vllm_plugin import describe
 from qwen3_helpers import AUDIO_TOKEN, IMAGE_TOKEN, image
 from qwen_prompts import AUDIO_CHAT, IMAGE_CHAT, SAMPLE_RATE, sine, teacher_forced
 
@@ -36,12 +43,12 @@ TOLERANCE = 1e-4
 LAYER = f"layer:{ACCEPT_LAYER}"
 
 
-def pipeline(layers: list[Any] | None = None) -> dict[str, Any]:
-    args = thinker_engine_args(hidden_layer=ACCEPT_LAYER)
+def pipeline(layers: list[Any] | None = None, compiled: bool = False) -> dict[str, Any]:
+    args = thinker_engine_args(hidden_layer=ACCEPT_LAYER, compiled=compiled)
     if layers is not None:
         args["hidden_states"]["layers"] = layers
     return {
-        "name": "qwen3-thinker-hidden",
+        "name": "qwen3-thinker-hidden" + ("-compiled" if compiled else ""),
         "stages": [
             thinker_stage(args)
             | {"sampling_params": {"max_tokens": NEW_TOKENS, "temperature": 0.0}}
@@ -49,13 +56,39 @@ def pipeline(layers: list[Any] | None = None) -> dict[str, Any]:
     }
 
 
+def start(cache, compiled: bool = False) -> AsyncOmniEngine:
+    settings = OmniSettings(cache_dir=cache, startup_timeout_s=600.0)
+    config = PipelineConfig.from_dict(pipeline(compiled=compiled))
+    return AsyncOmniEngine(config, settings=settings, plugins=PluginHost.create(settings))
+
+
 @pytest.fixture(scope="module")
 def engine(tiny_qwen3, qwen3_cache):
-    settings = OmniSettings(cache_dir=qwen3_cache, startup_timeout_s=300.0)
-    config = PipelineConfig.from_dict(pipeline())
-    engine = AsyncOmniEngine(config, settings=settings, plugins=PluginHost.create(settings))
+    engine = start(qwen3_cache)
     yield engine
     engine.shutdown()
+
+
+@pytest.fixture(scope="module")
+def compiled_engine(tiny_qwen3, qwen3_cache):
+    engine = start(qwen3_cache, compiled=True)
+    yield engine
+    engine.shutdown()
+
+
+def model_of(engine) -> dict[str, Any]:
+    """What the thinker stage's (one) replica runs, asked in its process."""
+    (replica,) = asyncio.run(engine.collective_rpc("apply_model", args=(describe,), stage_ids=[0]))
+    (model,) = replica if isinstance(replica, list) else [replica]
+    return dict(model)
+
+
+def prompt_of(hf3, chat, media: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The stage's prompt of ``chat`` with its audio or image, and transformers' media."""
+    data = (sine(), SAMPLE_RATE) if media == "audio" else image()
+    text = hf3[0].apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
+    hf_media = {"audio": [data[0]]} if media == "audio" else {"images": [data]}
+    return {"prompt": text, "multi_modal_data": {media: data}}, hf_media
 
 
 def run(engine, prompt: Any) -> tuple[list[int], list[int], dict[str, Any]]:
@@ -82,10 +115,8 @@ def run(engine, prompt: Any) -> tuple[list[int], list[int], dict[str, Any]]:
     ],
 )
 def test_accept_layer_rows_equal_transformers_hidden_states(engine, hf3, chat, media, token, count):
-    data = (sine(), SAMPLE_RATE) if media == "audio" else image()
-    text = hf3[0].apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
-    ids, prompt, states = run(engine, {"prompt": text, "multi_modal_data": {media: data}})
-    hf_media = {"audio": [data[0]]} if media == "audio" else {"images": [data]}
+    request, hf_media = prompt_of(hf3, chat, media)
+    ids, prompt, states = run(engine, request)
     ref_prompt, ref = teacher_forced(hf3, chat, ids, **hf_media)
     assert prompt == ref_prompt and prompt.count(token) == count
     assert set(states) == {"embeddings", LAYER}
@@ -100,6 +131,27 @@ def test_accept_layer_rows_equal_transformers_hidden_states(engine, hf3, chat, m
     mm_rows = [i for i, t in enumerate(prompt) if t == token]
     text_embedding = hf3[1].thinker.get_input_embeddings().weight[token].detach().numpy()
     assert np.abs(states["embeddings"][mm_rows] - text_embedding).max() > 1e-2
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)  # the compiled engine's start: ~120 s cold under load 8 (eager ~50 s)
+def test_the_compiled_route_gives_the_eager_routes_rows(engine, compiled_engine, hf3):
+    assert model_of(compiled_engine) == {
+        "class": "TapThinker",
+        "omni_aux_layers": [ACCEPT_LAYER],
+        "compiled": True,
+    }
+    eager = model_of(engine)
+    assert eager["class"] == "Qwen3OmniMoeThinkerForConditionalGeneration"
+    assert not eager["compiled"]
+    for chat, media in ((AUDIO_CHAT, "audio"), (IMAGE_CHAT, "image")):
+        request, _ = prompt_of(hf3, chat, media)
+        ids, prompt, states = run(engine, request)
+        compiled_ids, compiled_prompt, compiled = run(compiled_engine, request)
+        assert (compiled_ids, compiled_prompt) == (ids, prompt)
+        for name in ("embeddings", LAYER):
+            assert compiled[name].shape == states[name].shape == (len(prompt) + len(ids) - 1, 128)
+            assert np.abs(compiled[name] - states[name]).max() <= TOLERANCE, (media, name)
 
 
 def test_intermediate_layer_names_are_checked():

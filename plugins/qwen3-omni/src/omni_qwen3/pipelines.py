@@ -17,6 +17,7 @@ from omni_qwen.pipelines import SpeechStages, qwen_pipeline, thinker_stage
 
 from omni_core import PipelineConfig
 from omni_qwen3.build import ACCEPT_LAYER  # tiny-qwen3-omni's (the real model's: 24)
+from omni_qwen3.vllm_plugin import ARCHITECTURE
 
 THINKER_PIPELINE = "qwen3-omni-thinker"
 PIPELINE = "qwen3-omni"
@@ -25,7 +26,9 @@ CODE2WAV_EDGE_CHUNK = 4  # talker frames per hop to code2wav
 TINY_MODEL = "tiny-qwen3-omni"
 
 
-def thinker_engine_args(model: str = TINY_MODEL, hidden_layer: int | None = None) -> dict[str, Any]:
+def thinker_engine_args(
+    model: str = TINY_MODEL, hidden_layer: int | None = None, compiled: bool = False
+) -> dict[str, Any]:
     """``engine_args`` of a Qwen3-Omni thinker on the ``vllm`` kind.
 
     vLLM maps ``Qwen3OmniMoeForConditionalGeneration`` to its thinker-only model (the talker's
@@ -34,7 +37,11 @@ def thinker_engine_args(model: str = TINY_MODEL, hidden_layer: int | None = None
     talker's ``accept_hidden_layer``) the stage emits, per token, the LM input embeddings and
     transformers' ``hidden_states[hidden_layer]`` (the core's ``layer:K``, from vLLM's auxiliary
     hidden-state outputs), which needs every prompt position computed: prefix caching off.
-    The rest is omni-qwen's Qwen2.5-Omni thinker's (its shim's directory on ``PYTHONPATH``).
+    With ``compiled`` (and a ``hidden_layer``) vLLM compiles the language model
+    (``enforce_eager: false``) and the stage runs omni-qwen3's :class:`~omni_qwen3.tap.TapThinker`
+    (``hf_overrides``: its architecture and the layer), whose aux layer is set at construction:
+    the compiled hidden-layer route (docs/models.md). The rest is omni-qwen's Qwen2.5-Omni
+    thinker's (its shim's directory on ``PYTHONPATH``).
     """
     from omni_qwen.pipelines import thinker_engine_args as qwen_thinker_args
 
@@ -42,6 +49,14 @@ def thinker_engine_args(model: str = TINY_MODEL, hidden_layer: int | None = None
     args = qwen_thinker_args(model, hidden_states=hidden_layer is not None)
     if hidden_layer is not None:
         args["hidden_states"] = {"layers": ["embeddings", f"layer:{hidden_layer}"]}
+    if compiled:
+        if hidden_layer is None:
+            raise ValueError("compiled=True is the hidden-layer route: it needs a hidden_layer")
+        args["engine"]["enforce_eager"] = False
+        args["engine"]["hf_overrides"] = {
+            "architectures": [ARCHITECTURE],
+            "omni_aux_layers": [hidden_layer],
+        }
     return args
 
 
