@@ -7,6 +7,13 @@ streamed waveform at the default context (24 frames left and right) is within 1e
 the whole utterance's on a DiT whose attention carries information across blocks (``couple``:
 measured ~1e-6, 100x headroom for thread/BLAS rounding), and the error falls as the context grows
 (0 → 12 → 24 frames: ~4e-3 → ~1e-3 → ~4e-6 on the mel).
+
+``first_steps`` (the first chunk's DiT window on a shorter ODE: what makes ``qwen2.5-omni``'s first
+streamed audio early) is an approximation of its own, bounded on the coupled DiT: the first
+piece within 5e-3 relative L2 of the exact path (measured ~1.2e-3 at the pipeline's 4 steps),
+the waveform within 2e-3 (~6e-4 for 60 codes: the later chunks are exact as before), the mel
+within 1e-2 (~3e-3); on the tiny checkpoint 1e-4 (~7e-6). The error falls as the steps grow
+(2 → 4 → the full 10: ~2.2e-3 → ~1.2e-3 → ~7e-7 on the first piece).
 """
 
 from __future__ import annotations
@@ -19,7 +26,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from omni_qwen.fidelity import codes_of, couple, measure, streamed, whole
+from omni_qwen.fidelity import codes_of, couple, measure, measure_first, streamed, whole
+from omni_qwen.pipelines import STREAM_OPTIONS, omni_pipeline
 from omni_qwen.stream_wav import ChunkSynth, StreamOptions
 from omni_qwen.token2wav import Token2WavEngine, build
 
@@ -145,6 +153,10 @@ def test_audio_stream_must_be_a_bool(engine):
 def test_stream_options_are_checked(tiny_qwen):
     with pytest.raises(ConfigError, match=r"stream\.chunk_frames: 20 is not a multiple .*12"):
         build({"model": str(tiny_qwen), "options": {"stream": {"chunk_frames": 20}}})
+    with pytest.raises(
+        ConfigError, match=r"options\.stream\.first_steps: .*greater than or equal to 2"
+    ):
+        build({"model": str(tiny_qwen), "options": {"stream": {"first_steps": 1}}})
     with pytest.raises(ConfigError, match=r"options\.stream.*crossfade \(8\) must not exceed"):
         build(
             {"model": str(tiny_qwen), "options": {"stream": {"right_context": 4, "crossfade": 8}}}
@@ -210,3 +222,51 @@ def test_first_lookahead_voices_the_whole_first_chunk_within_the_bound(engine, c
         ChunkSynth(engine.model, engine.options, plain), codes, speaker(engine), 7
     )
     assert sizes[0] == 0  # without it BigVGAN's padding (26 mel frames) holds the 24 back
+
+
+def test_first_steps_error_falls_with_steps_and_the_pipeline_default_is_within_bound(
+    engine, coupled
+):
+    (t2w,) = [s for s in omni_pipeline().stages if s.name == "token2wav"]
+    assert t2w.engine_args["options"]["stream"] == STREAM_OPTIONS  # what is bounded here
+    default = STREAM_OPTIONS["first_steps"]
+    shape = {k: v for k, v in STREAM_OPTIONS.items() if k != "first_steps"}
+    rows = measure_first(coupled, engine.options, speaker(engine), (2, default, None), stream=shape)
+    first = [r.first_rel for r in rows]
+    assert first[0] > first[1] > first[2]  # fewer ODE steps, a larger error; none at the full 10
+    assert first[1] > 1e-4 and first[2] <= 1e-5  # a real approximation, gone on the full ODE
+    bounded = rows[1]
+    assert bounded.first_rel <= 5e-3 and bounded.wave_rel <= 2e-3 and bounded.mel_rel <= 1e-2
+    (tiny,) = measure_first(engine.model, engine.options, speaker(engine), (default,), stream=shape)
+    assert tiny.first_rel <= 1e-4 and tiny.wave_rel <= 1e-4
+
+
+def test_first_steps_changes_the_first_window_only(engine, coupled):
+    codes = codes_of(50)
+    ref, _ = whole(coupled, codes, speaker(engine), 3, engine.options)
+    full = {"chunk_frames": 12, "left_context": 60, "right_context": 60, "crossfade": 0}
+    opts = StreamOptions(**full, first_steps=2, first_lookahead=True)
+    wave, _, sizes = streamed(ChunkSynth(coupled, engine.options, opts), codes, speaker(engine), 3)
+    first = sizes[0]
+    assert first > 0 and wave.shape == ref.shape
+    assert rel(wave[:first], ref[:first]) > 1e-4  # the first window's 2-point ODE
+    # later windows run the full ODE: exact given the mel, except BigVGAN's padding into the
+    # first piece's mel (vocoder_pad frames) right after it
+    later = first + engine.chunker.pad * 240
+    assert rel(wave[later:], ref[later:]) <= 1e-5
+
+
+def test_the_speech_bench_merges_its_first_chunk_over_the_pipeline_options():
+    from omni_qwen.speech_bench import pipeline
+
+    def stream(config: Any) -> dict[str, Any]:
+        (t2w,) = [s for s in config.stages if s.name == "token2wav"]
+        return dict(t2w.engine_args["options"]["stream"])
+
+    assert stream(pipeline(None)) == STREAM_OPTIONS
+    assert stream(pipeline(None, first_steps=10)) == {**STREAM_OPTIONS, "first_steps": 10}
+    assert stream(pipeline(None, plain_first=True)) == {}  # StreamOptions' own defaults
+    assert stream(pipeline([24, 12], plain_first=True)) == {
+        "first_chunk_frames": 24,
+        "first_right_context": 12,
+    }

@@ -1,11 +1,14 @@
 """Streamed vs whole-utterance token2wav: the measured error of chunked decoding.
 
-``python -m omni_qwen.fidelity [CHECKPOINT_DIR] [--coupled STD]`` prints a markdown table: for
-the same codes, voice and seed, the streamed waveform and mel against the whole utterance's
-(relative L2 error, max abs diff), per context setting and utterance length. ``--coupled`` first
-re-draws the DiT's attention and modulation weights with that std: the tiny checkpoint's random
-DiT (init std 0.02) barely carries information across blocks, so its error is near float
-rounding whatever the context; a coupled DiT shows how the error falls as the context grows.
+``python -m omni_qwen.fidelity [CHECKPOINT_DIR] [--coupled STD] [--first]`` prints a markdown
+table: for the same codes, voice and seed, the streamed waveform and mel against the whole
+utterance's (relative L2 error, max abs diff), per context setting and utterance length; with
+``--first``, per ``first_steps`` (the first chunk's DiT ODE) at the ``qwen2.5-omni`` pipeline's
+first-chunk shape (``omni_qwen.pipelines.STREAM_OPTIONS``), with the first piece's own error.
+``--coupled`` first re-draws the DiT's attention and modulation weights with that std: the tiny
+checkpoint's random DiT (init std 0.02) barely carries information across blocks, so its error is
+near float rounding whatever the context; a coupled DiT shows how the error falls as the context
+grows.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from omni_qwen.stream_wav import ChunkSynth, StreamDecoder, StreamOptions
 
 LENGTHS = (60, 120, 240)
 SETTINGS = ((0, 0), (12, 12), (12, 24), (24, 24), (48, 48))  # (left, right) codec frames
+FIRST_STEPS = (2, 3, 4, 6, 8, None)  # first_steps (None: the DiT's num_steps, 10)
 
 
 @dataclass
@@ -133,6 +137,52 @@ def measure(
     return rows
 
 
+@dataclass
+class FirstChunk:
+    """A first-chunk setting's errors: the waveform and its first piece against the whole's."""
+
+    steps: int | None  # options.stream.first_steps (None: num_steps)
+    codes: int
+    first_samples: int  # waveform samples of the first piece
+    wave_rel: float
+    first_rel: float  # the first piece's relative L2 against the same samples of the whole
+    mel_rel: float
+
+
+def measure_first(
+    model: Any,
+    opts: Any,
+    speaker: dict[str, Any],
+    steps: tuple[int | None, ...] = FIRST_STEPS,
+    lengths: tuple[int, ...] = (60,),
+    stream: dict[str, Any] | None = None,
+    seed: int = 7,
+) -> list[FirstChunk]:
+    """The streamed decoding's error per ``first_steps`` (the other options: ``stream``, else
+    the defaults)."""
+    import numpy as np
+
+    rows = []
+    for length in lengths:
+        codes = codes_of(length)
+        ref, ref_mel = whole(model, codes, speaker, seed, opts)
+        for n in steps:
+            options = StreamOptions(**{**(stream or {}), "first_steps": n})
+            wave, mel, sizes = streamed(ChunkSynth(model, opts, options), codes, speaker, seed)
+            k = next(s for s in sizes if s)  # the first piece with samples
+            rows.append(
+                FirstChunk(
+                    n,
+                    length,
+                    k,
+                    float(np.linalg.norm(wave - ref) / np.linalg.norm(ref)),
+                    float(np.linalg.norm(wave[:k] - ref[:k]) / np.linalg.norm(ref[:k])),
+                    float((mel - ref_mel).norm() / ref_mel.norm()),
+                )
+            )
+    return rows
+
+
 def main(argv: list[str] | None = None) -> None:
     import torch
 
@@ -141,6 +191,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m omni_qwen.fidelity")
     parser.add_argument("model", nargs="?", default=None, help="checkpoint dir (default: tiny)")
     parser.add_argument("--coupled", type=float, default=None, help="re-draw DiT attention std")
+    parser.add_argument("--first", action="store_true", help="the error per first_steps")
     args = parser.parse_args(argv)
     model_dir = args.model
     if model_dir is None:
@@ -153,6 +204,23 @@ def main(argv: list[str] | None = None) -> None:
     if args.coupled is not None:
         couple(model, args.coupled)
     speaker = load_speakers(Path(model_dir))["Chelsie"]
+    if args.first:
+        from omni_qwen.pipelines import STREAM_OPTIONS
+
+        shape = {k: v for k, v in STREAM_OPTIONS.items() if k != "first_steps"}
+        print(f"first chunk: {shape}")
+        print(
+            "| first_steps | codes | first piece (samples) | first piece rel. L2 "
+            "| waveform rel. L2 | mel rel. L2 |"
+        )
+        print("|---|---|---|---|---|---|")
+        for f in measure_first(model, Token2WavOptions(), speaker, lengths=(60, 240), stream=shape):
+            steps = f.steps or "10 (unset)"
+            print(
+                f"| {steps} | {f.codes} | {f.first_samples} | {f.first_rel:.2e} | "
+                f"{f.wave_rel:.2e} | {f.mel_rel:.2e} |"
+            )
+        return
     rows = measure(model, Token2WavOptions(), speaker)
     print("| left / right context | codes | waveform rel. L2 | waveform max abs | mel rel. L2 |")
     print("|---|---|---|---|---|")

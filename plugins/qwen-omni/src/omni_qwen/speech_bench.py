@@ -2,8 +2,13 @@
 in the same run, at several concurrencies.
 
 ``python -m omni_qwen.speech_bench [--codes 200] [--concurrency 1 4 16] [--runs 1]
-[--first-chunk CODES RIGHT] [--lookahead]`` (the token2wav stage's ``options.stream``:
-``first_chunk_frames`` and ``first_right_context``, ``first_lookahead``)
+[--first-chunk CODES RIGHT] [--lookahead] [--first-steps N] [--plain-first] [--breakdown]``
+(the token2wav stage's ``options.stream``, merged over the pipeline's own
+(``omni_qwen.pipelines.STREAM_OPTIONS``): ``first_chunk_frames`` and ``first_right_context``,
+``first_lookahead``, ``first_steps``; ``--plain-first``: over ``StreamOptions``' defaults instead,
+a first chunk like the others on the full ODE). ``--breakdown``: where a streamed request's first
+audio goes at C=1 (the thinker's text, the stages' first outputs, the first chunk's DiT and
+BigVGAN compute in this process), medians of ``--runs`` (at least 3) requests.
 
 Per request, from the ``generate()`` call: **TTFP** (time to the first output carrying audio),
 **RTF** (time from the call to the last audio / the audio's duration: decode time per second of
@@ -93,21 +98,29 @@ def pipeline(
     lookahead: bool = False,
     max_batch: int | None = None,
     token2wav: bool = True,
+    first_steps: int | None = None,
+    plain_first: bool = False,
 ) -> Any:
-    """``qwen2.5-omni`` on the tiny checkpoint, its token2wav's first chunk and its talker's
-    ``max_batch`` as given; without ``token2wav`` it ends at the talker (codes out)."""
+    """``qwen2.5-omni`` on the tiny checkpoint, its token2wav's first chunk (codes, right
+    context, ``first_lookahead``, ``first_steps``: merged over the pipeline's stream options, or
+    with ``plain_first`` over ``StreamOptions``' own defaults: a first chunk like the others, on
+    the full ODE) and its talker's ``max_batch`` as given; without ``token2wav`` it ends at the
+    talker (codes out)."""
     from omni_core import PipelineConfig
 
     config = omni_pipeline(TINY_MODEL)
     stream: dict[str, Any] = {"first_lookahead": True} if lookahead else {}
     if first_chunk:
         stream.update(first_chunk_frames=first_chunk[0], first_right_context=first_chunk[1])
-    if not stream and max_batch is None and token2wav:
+    if first_steps is not None:
+        stream["first_steps"] = first_steps
+    if not stream and not plain_first and max_batch is None and token2wav:
         return config
     data = config.model_dump(exclude_unset=True)
     stages = {s["name"]: s for s in data["stages"]}
-    if stream:
-        stages["token2wav"]["engine_args"]["options"] = {"stream": stream}
+    if stream or plain_first:
+        options = stages["token2wav"]["engine_args"].setdefault("options", {})
+        options["stream"] = {**({} if plain_first else options.get("stream", {})), **stream}
     if max_batch is not None:
         options = stages["talker"]["engine_args"].setdefault("options", {})
         options["max_batch"] = max_batch
@@ -163,6 +176,85 @@ def throughput(codes: int, levels: list[int], runs: int, token2wav: bool = True)
             engine.shutdown()
 
 
+async def timeline(engine: Any, codes: int) -> dict[str, float]:
+    """One streamed request's marks (ms from the call: the thinker's first and last text, the
+    first audio) and the stages' own times from their submit (the final output's metrics)."""
+    start = time.perf_counter()
+    marks: dict[str, float] = {}
+    async for out in engine.generate(PROMPT, sampling_params=params(codes, True)):
+        if out.error is not None:
+            raise RuntimeError(out.error.message)
+        now = (time.perf_counter() - start) * 1e3
+        if out.output_type == "text":
+            marks.setdefault("call → thinker's first text", now)
+            if out.finish_reason is not None:
+                marks["call → thinker's last text"] = now
+        elif out.payload is not None and len(out.payload.samples):
+            marks.setdefault("call → first audio", now)
+        if out.finished:
+            marks.update({f"{k} (from its submit)": v for k, v in out.metrics.items()})
+    return marks
+
+
+def first_chunk_cost(stream: dict[str, Any], runs: int = 5) -> dict[str, float]:
+    """The first streamed chunk's token2wav compute in this process (one thread, the tiny
+    checkpoint, ``stream``: the stage's stream options): medians in ms of the DiT window, the
+    vocoder and the whole ``step``."""
+    from pathlib import Path
+
+    import torch
+
+    from omni_core import OmniSettings
+    from omni_core.extend import resolve_model
+    from omni_qwen.fidelity import codes_of
+    from omni_qwen.stream_wav import ChunkSynth, StreamDecoder, StreamOptions
+    from omni_qwen.token2wav import Token2WavOptions, load_speakers, load_token2wav
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        model_dir = Path(resolve_model(TINY_MODEL, OmniSettings().cache_dir))
+        model, _ = load_token2wav(model_dir)
+        speaker = load_speakers(model_dir)["Chelsie"]
+        synth = ChunkSynth(model, Token2WavOptions(), StreamOptions(**stream))
+        spent: dict[str, list[float]] = {"DiT window": [], "BigVGAN": [], "first chunk": []}
+
+        def timed(name: str, fn: Any) -> Any:
+            def call(*args: Any) -> Any:
+                t = time.perf_counter()
+                try:
+                    return fn(*args)
+                finally:
+                    spent[name].append((time.perf_counter() - t) * 1e3)
+
+            return call
+
+        synth.mel = timed("DiT window", synth.mel)  # type: ignore[method-assign]
+        synth.wave = timed("BigVGAN", synth.wave)  # type: ignore[method-assign]
+        n = sum(synth.stream.sizes(0))
+        for _ in range(runs):
+            decoder = StreamDecoder(synth, 0, speaker)
+            timed("first chunk", decoder.step)(codes_of(n), False)
+    finally:
+        torch.set_num_threads(threads)
+    return {name: statistics.median(v) for name, v in spent.items()}
+
+
+def breakdown(engine: Any, codes: int, runs: int, stream: dict[str, Any]) -> None:
+    """Where a streamed request's first audio goes at C=1: medians of ``runs`` requests."""
+    got: dict[str, list[float]] = {}
+    for _ in range(runs):
+        for k, v in asyncio.run(timeline(engine, codes)).items():
+            got.setdefault(k, []).append(v)
+    cost = first_chunk_cost(stream, max(3, runs))
+    print(f"| first streamed audio, C=1 (stream options {stream or 'default'}) | ms (median) |")
+    print("|---|---|")
+    for k, v in got.items():
+        print(f"| {k} | {statistics.median(v):.0f} |")
+    for k, ms in cost.items():
+        print(f"| token2wav {k} compute (in-process, 1 thread) | {ms:.0f} |", flush=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     from omni_core import AsyncOmniEngine, OmniSettings
 
@@ -172,6 +264,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs", type=int, default=1, help="rounds per level (C=1: requests)")
     parser.add_argument("--first-chunk", type=int, nargs=2, metavar=("CODES", "RIGHT"))
     parser.add_argument("--lookahead", action="store_true", help="options.stream.first_lookahead")
+    parser.add_argument("--first-steps", type=int, help="options.stream.first_steps")
+    parser.add_argument(
+        "--plain-first",
+        action="store_true",
+        help="the first chunk like the others (StreamOptions' defaults, not the pipeline's)",
+    )
+    parser.add_argument(
+        "--breakdown", action="store_true", help="where the first streamed audio's time goes"
+    )
     parser.add_argument(
         "--throughput",
         type=int,
@@ -186,9 +287,17 @@ def main(argv: list[str] | None = None) -> None:
     if args.throughput is not None:
         throughput(args.codes, args.throughput or [8, 16], args.runs, not args.no_token2wav)
         return
-    engine = AsyncOmniEngine(pipeline(args.first_chunk, args.lookahead), settings=OmniSettings())
+    config = pipeline(
+        args.first_chunk, args.lookahead, first_steps=args.first_steps, plain_first=args.plain_first
+    )
+    engine = AsyncOmniEngine(config, settings=OmniSettings())
     try:
         asyncio.run(level(engine, 24, True, 1))  # warm-up
+        if args.breakdown:
+            (t2w,) = [s for s in config.stages if s.name == "token2wav"]
+            stream = dict((t2w.engine_args.get("options") or {}).get("stream", {}))
+            breakdown(engine, args.codes, max(args.runs, 3), stream)
+            return
         print("| mode | C | TTFP p50 / p99 (s) | RTF p50 / p99 | underruns (total) | audio (s) |")
         print("|---|---|---|---|---|---|")
         for c in args.concurrency:
