@@ -89,11 +89,16 @@ SPEECH = SpeechStages(
 
 
 def omni_pipeline(
-    model: str = TINY_MODEL, edge: str = "stream", hidden_layer: int = ACCEPT_LAYER
+    model: str = TINY_MODEL,
+    edge: str = "stream",
+    hidden_layer: int = ACCEPT_LAYER,
+    compiled: bool = False,
 ) -> PipelineConfig:
     """Thinker → talker + code predictor → code2wav on one Qwen3-Omni checkpoint (``model``: a
     registered name, a local directory or a hub id; ``hidden_layer``: its talker's
     ``accept_hidden_layer``). ``edge``: how the talker follows the thinker, ``stream`` (as the
-    thinker speaks, two tokens behind) or ``on_finish`` (once the reply is whole)."""
-    stages = SPEECH.stages(model, thinker_engine_args(model, hidden_layer=hidden_layer), edge)
+    thinker speaks, two tokens behind) or ``on_finish`` (once the reply is whole); ``compiled``:
+    the thinker compiled, its layer through :class:`~omni_qwen3.tap.TapThinker`."""
+    args = thinker_engine_args(model, hidden_layer=hidden_layer, compiled=compiled)
+    stages = SPEECH.stages(model, args, edge)
     return qwen_pipeline(PIPELINE, "qwen3", stages, "omni-qwen3")
