@@ -46,7 +46,7 @@ def run(engine: Any, parts: list[dict[str, Any]], frames: int, batch: int) -> tu
     """Every request added at once, stepped to the end with ``batch``: seconds and codes."""
     from types import SimpleNamespace
 
-    from omni_core.sampling import SamplingParams
+    from omni_core import SamplingParams
 
     params = SamplingParams(temperature=0.0, repetition_penalty=1.05, max_tokens=frames)
     engine.batch = batch
@@ -130,10 +130,10 @@ def bench_talker(quick: bool, levels: tuple[int, ...] | None = None, frames: int
     import torch
 
     from omni_core import OmniSettings
-    from omni_core.models import ensure_model
+    from omni_core.extend import resolve_model
     from omni_qwen3.talker import build
 
-    path = ensure_model("tiny-qwen3-omni", OmniSettings().cache_dir)
+    path = resolve_model("tiny-qwen3-omni", OmniSettings().cache_dir)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as the talker's stage process runs it
     try:
