@@ -15,7 +15,7 @@ from typing import Any
 
 from omni_qwen.pipelines import SpeechStages, qwen_pipeline, thinker_stage
 
-from omni_core import PipelineConfig
+from omni_core import ConfigError, PipelineConfig
 from omni_qwen3.build import ACCEPT_LAYER  # tiny-qwen3-omni's (the real model's: 24)
 from omni_qwen3.vllm_plugin import ARCHITECTURE
 
@@ -51,7 +51,7 @@ def thinker_engine_args(
         args["hidden_states"] = {"layers": ["embeddings", f"layer:{hidden_layer}"]}
     if compiled:
         if hidden_layer is None:
-            raise ValueError("compiled=True is the hidden-layer route: it needs a hidden_layer")
+            raise ConfigError(["thinker_engine_args: compiled=True needs a hidden_layer"])
         args["engine"]["enforce_eager"] = False
         args["engine"]["hf_overrides"] = {
             "architectures": [ARCHITECTURE],
