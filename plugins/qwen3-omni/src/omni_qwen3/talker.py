@@ -332,7 +332,11 @@ class TalkerEngine(TorchStageEngine):
                         logger.exception("batched talker step of %d requests", len(group))
                 for i, (state, x) in enumerate(group):
                     try:
-                        talked.append((state, *(batched[i] if batched else self.decode(state, x))))
+                        if batched is None:
+                            talked.append((state, *self.decode(state, x)))
+                        else:
+                            logits, hidden = batched[i]
+                            talked.append((state, first_code(self, state, logits), hidden))
                     except Exception as exc:
                         fail(state, exc)
             frames = []

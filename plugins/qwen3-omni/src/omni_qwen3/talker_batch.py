@@ -41,9 +41,10 @@ def first_code(engine: TalkerEngine, state: _Request, logits: Any) -> int:
     return pick(engine, state, logits)
 
 
-def decode_batch(engine: TalkerEngine, group: list[tuple[_Request, Any]]) -> list[tuple[int, Any]]:
+def decode_batch(engine: TalkerEngine, group: list[tuple[_Request, Any]]) -> list[tuple[Any, Any]]:
     """One talker decode step of each ``(state, input row)`` of ``group`` (all past their
-    prefill) in one forward; per request its first code and its last hidden ``[1, 1, hidden]``."""
+    prefill) in one forward; per request its logits row ``[1, vocab]`` (for :func:`first_code`)
+    and its last hidden ``[1, 1, hidden]``. A failure leaves every request's cache as it was."""
     from transformers import DynamicCache
 
     torch = engine.torch
@@ -81,10 +82,7 @@ def decode_batch(engine: TalkerEngine, group: list[tuple[_Request, Any]]) -> lis
         state.past = past + 1
     logits = out.logits[:, -1]
     hidden = out.hidden_states[0][-1][:, -1:]
-    return [
-        (first_code(engine, state, logits[i : i + 1]), hidden[i : i + 1])
-        for i, state in enumerate(states)
-    ]
+    return [(logits[i : i + 1], hidden[i : i + 1]) for i in range(len(states))]
 
 
 def predict_batch(
