@@ -58,6 +58,15 @@ def build_engine(model: str, **engine_args: Any) -> Any:
     return va.build_engine(model, **engine_args)
 
 
+def about_prompt_length(exc: BaseException) -> bool:
+    """Whether vLLM's validation error is about the prompt's length. vLLM 0.32 says it three
+    ways: tokens over the limit (``input_tokens``), text longer than the limit's characters
+    (``input_text``), no room left for one output token."""
+    if getattr(exc, "parameter", None) in ("input_tokens", "input_text"):
+        return True
+    return "maximum model length" in str(exc) or "maximum context length" in str(exc)
+
+
 def hidden_state_capture(engine: Any, layers: list[str]) -> Any:
     """Per-token hidden states of ``engine``'s requests (``layers``: ``embeddings``, ``final``,
     ``layer:K``; :mod:`omni_core.kinds.vllm_hidden`): hooks on the model, nothing captured until
@@ -138,14 +147,22 @@ class ResumableSession:
         chunk = self._with_head(head, prompt)
         max_tokens = params.max_tokens or 1
         first = self.engine_id is None
-        self.engine_id, ids = self.va.add_resumable(
-            self.engine,
-            self.request_id,
-            chunk,
-            params,
-            self.engine_id,
-            check=lambda ids: self._check_length(len(ids), max_tokens),
-        )
+        try:
+            self.engine_id, ids = self.va.add_resumable(
+                self.engine,
+                self.request_id,
+                chunk,
+                params,
+                self.engine_id,
+                check=lambda ids: self._check_length(len(ids), max_tokens),
+            )
+        except self.va.VLLMClientError as exc:  # vLLM's own check of the chunk alone
+            if not about_prompt_length(exc):
+                raise
+            raise PromptTooLongError(
+                f"request {self.request_id}: the chunk does not fit this stage's max_model_len "
+                f"({self.max_model_len} tokens): {exc}"
+            ) from exc
         if first and self.capture is not None:
             self.capture.watch(self.engine_id, self.request_id)
         self.context.extend(ids)

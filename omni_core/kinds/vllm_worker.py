@@ -29,21 +29,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from omni_core.errors import RequestError
-from omni_core.kinds.vllm_session import PromptTooLongError, ResumableSession, refusal
+from omni_core.kinds.vllm_session import (
+    PromptTooLongError,
+    ResumableSession,
+    refusal,
+)
+from omni_core.kinds.vllm_session import about_prompt_length as _about_prompt_length
 from omni_core.outputs import StageOutput, TokenLogprob
 from omni_core.stage.worker import REQUEST_ERRORS, error_output, injected_fault
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["PromptTooLongError", "VllmWorkerEngine", "build"]
-
-
-def _about_prompt_length(exc: BaseException) -> bool:
-    """vLLM 0.32 says it three ways: tokens over the limit (``input_tokens``), text longer than
-    the limit's characters (``input_text``), no room left for one output token."""
-    if getattr(exc, "parameter", None) in ("input_tokens", "input_text"):
-        return True
-    return "maximum model length" in str(exc) or "maximum context length" in str(exc)
 
 
 @dataclass

@@ -120,6 +120,17 @@ def test_the_length_cap_fails_the_chunk_and_the_engine_keeps_serving(engine):
     assert len(fresh(engine, [5, 6, 7], 3)) == 3
 
 
+def test_a_chunk_longer_than_max_model_len_alone_is_prompt_too_long(engine):
+    """vLLM's own check of the chunk (before ours) is turned into the same 400."""
+    from omni_core.kinds.vllm_session import PromptTooLongError, ResumableSession
+
+    session = ResumableSession(engine, "alone-too-long", MAX_MODEL_LEN)
+    with pytest.raises(PromptTooLongError, match=r"max_model_len \(96 tokens\)"):
+        session.append([7] * (MAX_MODEL_LEN + 1), greedy(4))
+    session.close()
+    assert len(fresh(engine, [5, 6, 7], 3)) == 3
+
+
 def test_stop_now_ends_the_segment_and_keeps_the_kv(engine):
     from omni_core.kinds.vllm_session import ResumableSession
 

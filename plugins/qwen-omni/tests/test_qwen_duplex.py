@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import itertools
 import json
 import subprocess
 import sys
@@ -37,29 +38,49 @@ def clip(name: str = "speech_question") -> str:
 
 
 class Recorder:
-    """The thinker's prompt ids and the plans of every response (wrapping the shared plug)."""
+    """The plans of every response and the talker's inputs (wrapping the shared plug and the
+    talker bridge). ``fresh``: plan the next responses as the fallback (a fresh thinker request
+    each); ``greedy``: a greedy talker and a seeded token2wav (the same reply, the same audio)."""
 
     def __init__(self, model: Any) -> None:
-        self.lock = threading.Lock()
-        self.prompts: list[list[int]] = []
-        self.plans: list[Any] = []
-        project, plan = model.project, model.plan_response
+        import msgspec
+        import omni_qwen.bridge as bridge
+        from omni_qwen.duplex_speech import FRESH_KEY
 
-        def recording_project(out: Any) -> Any:
-            ids = getattr(out.payload, "prompt_token_ids", None) if out.stage_id == 0 else None
-            if ids is not None:
+        self.lock = threading.Lock()
+        self.prompts: list[list[int]] = []  # the thinker's prompt ids, as the talker got them
+        self.talker: list[list[dict[str, Any]]] = []  # the talker's inputs, per response
+        self.plans: list[Any] = []
+        self.fresh = False
+        self.greedy = False
+        plan, chunk = model.plan_response, bridge.thinker_chunk
+
+        def recording_chunk(*args: Any) -> Any:
+            out = chunk(*args)
+            if out is not None:
                 with self.lock:
-                    if not self.prompts or self.prompts[-1] != list(ids):
-                        self.prompts.append(list(ids))
-            return project(out)
+                    if "prompt_ids" in out:
+                        self.prompts.append(list(out["prompt_ids"]))
+                        self.talker.append([])
+                    self.talker[-1].append(out)
+            return out
 
         def recording_plan(context: Any) -> Any:
             result = plan(context)
+            params = result.params
+            if self.fresh:
+                first = params[0]
+                params[0] = msgspec.structs.replace(first, extra={**first.extra, FRESH_KEY: True})
+            if self.greedy:  # (a few codes: enough to compare, cheap to voice)
+                params[1] = msgspec.structs.replace(params[1], temperature=0.0, max_tokens=12)
+                params[2] = msgspec.structs.replace(params[2], seed=7)
             with self.lock:
                 self.plans.append(result)
             return result
 
-        model.project, model.plan_response = recording_project, recording_plan
+        model.plan_response = recording_plan
+        bridge.thinker_chunk = recording_chunk  # thinker_to_talker calls it by name
+        self.restore = lambda: setattr(bridge, "thinker_chunk", chunk)
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +88,9 @@ def served(tiny_qwen, qwen_cache):
     settings = OmniSettings(cache_dir=qwen_cache, startup_timeout_s=600.0, shutdown_timeout_s=5)
     with running_server(duplex_pipeline(), settings=settings, entry_points=True) as (base, eng, _):
         client = openai.OpenAI(base_url=f"{base}/v1", api_key="x", max_retries=0, timeout=300)
-        yield client, eng, Recorder(eng.orchestrator.sessions.model), base
+        rec = Recorder(eng.orchestrator.sessions.model)
+        yield client, eng, rec, base
+        rec.restore()
 
 
 def user(text: str) -> dict[str, Any]:
@@ -108,7 +131,7 @@ def test_a_spoken_question_reaches_the_thinker_as_audio_and_the_reply_streams(se
 
 
 def test_cancel_then_truncate_keeps_only_what_was_heard(served):
-    client, _, rec, _ = served
+    client, engine, rec, _ = served
     with client.realtime.connect(model="qwen2.5-omni-duplex") as conn:
         conn.recv()
         conn.session.update(session={**NO_VAD, "max_output_tokens": 64})
@@ -130,31 +153,119 @@ def test_cancel_then_truncate_keeps_only_what_was_heard(served):
         conn.conversation.item.create(item=user("And then?"))
         conn.response.create()
         until(conn, "response.created")
-        prompt = rec.plans[-1].prompt["prompt"]
+        prompt = rec.plans[-1].prompt["full"]["prompt"]
         conn.response.cancel()
         until(conn, "response.done")
+        resets = state(engine)["resets"]
+    # the live request held the whole reply: the thinker restarted from the conversation
+    assert resets >= 1
     heard = prompt.split("<|im_start|>assistant\n")[-2].split("<|im_end|>")[0]
     assert heard and len(heard) < len(transcript) and transcript.startswith(heard)
 
 
-def test_fresh_request_per_turn_prefills_the_whole_history(served):
-    """The fallback (thinker with hidden states: no resumable request, no prefix caching): each
-    turn prefills the whole conversation, so the per-turn prefill grows with the history."""
-    client, engine, rec, _ = served
-    per_turn, prompt_lens = [], []
+def conversation(client: Any, engine: Any, turns: int) -> tuple[list[int], list[int]]:
+    """``turns`` typed turns in one session (text replies): the thinker's prefill per turn and
+    the context its live request holds after each (the fallback: none)."""
+    per_turn, contexts = [], []
+    others = set(state(engine)["contexts"])  # other sessions' live requests
     with client.realtime.connect(model="qwen2.5-omni-duplex") as conn:
         conn.recv()
         conn.session.update(session=TEXT_ONLY)
         until(conn, "session.updated")
-        for i in range(3):
+        for i in range(turns):
             before = prefilled(engine)
             conn.conversation.item.create(item=user(f"Turn {i}: what is the weather like?"))
             conn.response.create()
             assert until(conn, "response.done")[-1].response.status == "completed"
-            per_turn.append(prefilled(engine) - before)
-            prompt_lens.append(len(rec.prompts[-1]))
-    assert per_turn == prompt_lens  # the whole prompt, every turn
-    assert per_turn[0] < per_turn[1] < per_turn[2]
+            after = state(engine)
+            per_turn.append(int(after["prefilled_tokens"]) - before)
+            mine = [n for key, n in after["contexts"].items() if key not in others]
+            contexts.append(mine[0] if len(mine) == 1 else 0)
+    return per_turn, contexts
+
+
+def test_each_turn_prefills_only_the_new_turn_and_the_fallback_the_whole_history(served, tiny_qwen):
+    """Issue 29's must-show, same conversation, same engine: resumable, each turn after the
+    first prefills at most 2x the new turn's tokens (flat); the fallback (a fresh thinker request
+    per response) prefills the whole history each turn (growing)."""
+    from omni_qwen.duplex import turn
+    from transformers import AutoTokenizer
+
+    client, engine, rec, _ = served
+    resumable, contexts = conversation(client, engine, 10)
+    rec.fresh = True
+    try:
+        fallback, _ = conversation(client, engine, 10)
+    finally:
+        rec.fresh = False
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_qwen))
+    rendered = [turn("user", f"Turn {i}: what is the weather like?") for i in range(10)]
+    news = [
+        len(tokenizer.encode(text + "<|im_start|>assistant\n", add_special_tokens=False))
+        for text in rendered
+    ]
+    assert all(p <= 2 * n for p, n in zip(resumable[1:], news[1:], strict=True)), (resumable, news)
+    assert max(resumable[1:]) - min(resumable[1:]) <= 2, resumable  # flat
+    assert all(a < b for a, b in itertools.pairwise(fallback)), fallback  # grows every turn
+    # the fallback's last prompt: the whole conversation the live request held, + the new turn
+    assert fallback[-1] > contexts[-2] > 5 * resumable[-1], (fallback, contexts, resumable)
+
+
+def test_the_talker_gets_the_same_input_and_speaks_the_same_as_the_fallback(served):
+    """Greedy talker, seeded token2wav, a 2-turn conversation with spoken replies: the resumable
+    thinker hands the talker the whole context's ids and rows as a fresh request over the
+    conversation does, so the talker's prompt and the reply audio are the same. (The fallback
+    re-tokenizes each earlier reply's text; the live request holds the tokens the thinker
+    generated: equal here, where the replies' text tokenizes back to the same ids.)"""
+    import numpy as np
+
+    client, engine, rec, _ = served
+
+    def talk() -> tuple[list[list[dict[str, Any]]], list[bytes], list[int]]:
+        start = len(rec.talker)
+        audio, prefill = [], []
+        with client.realtime.connect(model="qwen2.5-omni-duplex") as conn:
+            conn.recv()
+            conn.session.update(session={**NO_VAD, "max_output_tokens": 6})
+            until(conn, "session.updated")
+            for i in range(2):
+                before = prefilled(engine)
+                conn.conversation.item.create(item=user(f"Turn {i}: what is the weather like?"))
+                conn.response.create()
+                seen = until(conn, "response.done")
+                prefill.append(prefilled(engine) - before)
+                assert seen[-1].response.status == "completed", seen[-1]
+                deltas = [e.delta for e in seen if e.type == "response.output_audio.delta"]
+                audio.append(b"".join(base64.b64decode(d) for d in deltas))
+        return rec.talker[start:], audio, prefill
+
+    rec.greedy = True
+    try:
+        resumable, audio, prefill = talk()
+        rec.fresh = True
+        fallback, fallback_audio, fallback_prefill = talk()
+    finally:
+        rec.greedy = rec.fresh = False
+    # the second turn: only the new turn on the live request; the whole history when fresh
+    assert prefill[0] == fallback_prefill[0] and prefill[1] < fallback_prefill[1] / 2, (
+        prefill,
+        fallback_prefill,
+    )
+    assert len(resumable) == len(fallback) == 2
+    for mine, theirs in zip(resumable, fallback, strict=True):
+        assert mine[0]["prompt_ids"] == theirs[0]["prompt_ids"]
+        assert [c.get("start") for c in mine] == [c.get("start") for c in theirs]
+        for name in ("embeddings", "final"):
+            np.testing.assert_allclose(
+                np.concatenate([c[name] for c in mine]),
+                np.concatenate([c[name] for c in theirs]),
+                rtol=1e-4,
+                atol=1e-4,
+            )
+        assert sum(len(c["token_ids"]) for c in mine) >= 2  # a reply the talker speaks
+    assert all(audio) and [len(a) for a in audio] == [len(a) for a in fallback_audio]
+    assert audio == fallback_audio
+    assert len(resumable[1][0]["prompt_ids"]) > len(resumable[0][0]["prompt_ids"])  # history
 
 
 def test_a_session_past_the_context_cap_gets_an_error_and_others_are_served(served):
@@ -188,10 +299,10 @@ def test_a_barge_in_stops_the_thinker_within_a_few_decode_steps(served, monkeypa
     log: list[tuple[str, int]] = []
     on_output, cancel = SessionRunner._on_output, SessionRunner._cancel
 
-    def recording_output(self: Any, out: Any) -> None:
+    async def recording_output(self: Any, out: Any) -> None:
         if out.stage_id == 0:
             log.append(("tokens", len(out.token_ids)))
-        on_output(self, out)
+        await on_output(self, out)
 
     async def recording_cancel(self: Any, reason: str) -> None:
         log.append(("cancel", 0))
@@ -208,7 +319,7 @@ def test_a_barge_in_stops_the_thinker_within_a_few_decode_steps(served, monkeypa
         until(conn, "response.output_text.delta")
         conn.response.cancel()
         assert until(conn, "response.done")[-1].response.status == "cancelled"
-        while unfinished(engine):  # the thinker's request is gone from vLLM
+        while state(engine)["generating"]:  # the reply's segment ended (the KV is kept)
             threading.Event().wait(0.05)
         threading.Event().wait(0.5)  # outputs already on their way
     at = log.index(("cancel", 0))
@@ -218,9 +329,10 @@ def test_a_barge_in_stops_the_thinker_within_a_few_decode_steps(served, monkeypa
     assert before + after < MAX_MODEL_LEN - 200 - 1000  # far from the end of the reply
 
 
-def unfinished(engine: Any) -> int:
-    (state,) = asyncio.run(engine.collective_rpc("get_state", stage_ids=[0]))
-    return int(state["unfinished"])
+def state(engine: Any) -> dict[str, Any]:
+    """The thinker stage's ``get_state`` (omni_qwen.duplex_speech)."""
+    (found,) = asyncio.run(engine.collective_rpc("get_state", stage_ids=[0]))
+    return dict(found)
 
 
 def test_omni_duplex_talk_over_url(served, tmp_path):

@@ -133,12 +133,15 @@ def build_model(pipeline: Any, section: Any) -> Any:
             limit = context.session.max_output_tokens
             for sid, value in params.items():
                 changes: dict[str, Any] = {}
+                extra = dict(value.extra)
                 if sid == 0:
-                    changes["extra"] = {**value.extra, SESSION_KEY: context.session_id}
+                    extra[SESSION_KEY] = context.session_id
                 if sid == 0 and limit is not None:
                     changes["max_tokens"] = limit
                 if wants_audio:
-                    changes["extra"] = {**value.extra, AUDIO_OPTIONS: {"stream": True}}
+                    extra[AUDIO_OPTIONS] = {"stream": True}
+                if extra != value.extra:
+                    changes["extra"] = extra
                 if changes:
                     params[sid] = msgspec.structs.replace(value, **changes)
             return ResponsePlan(prompt, params, None if wants_audio else ["text"])

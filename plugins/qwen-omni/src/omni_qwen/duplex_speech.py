@@ -97,8 +97,8 @@ class SpeechThinker(SessionThinker):
         before = session.prefilled
         try:
             self.prompts[key] = session.append(chunk, params)
-        except PromptTooLongError:
-            self._close(key)  # the conversation no longer fits: the next turn starts over
+        except Exception:  # e.g. the conversation no longer fits: the next turn starts over
+            self._close(key)
             raise
         self.prefilled += session.prefilled - before
         if before == 0:
@@ -114,8 +114,8 @@ class SpeechThinker(SessionThinker):
         vllm_params.stop_token_ids = [self.end_id]
         try:
             engine_id = self.engine.add_request(rid, dict(full), vllm_params)
-        except ValueError as exc:
-            if "longer than the maximum model length" in str(exc) or "max_model_len" in str(exc):
+        except ValueError as exc:  # vLLM's validation: the prompt's length, said its ways
+            if getattr(exc, "parameter", None) in ("input_tokens", "input_text"):
                 raise PromptTooLongError(
                     f"the conversation does not fit this stage's max_model_len "
                     f"({self.max_model_len} tokens): {exc}"
