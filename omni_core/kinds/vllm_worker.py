@@ -6,12 +6,10 @@ prefilled, the KV of everything before is kept) and generates a segment with the
 params; the context is the interleaved sequence ``chunk 1, segment 1, chunk 2, segment 2, ...``
 and the segments are one output stream, which finishes with the last chunk's segment once the
 input is closed. The stage caps the running length at ``max_model_len`` (a chunk that would not
-fit fails the request with 400 before vLLM sees it: vLLM would kill the engine). On a stage with
-``hidden_states`` each output carries the rows computed since the previous one, positions running
-on across chunks (a segment's first output: its chunk's rows). Where vLLM refuses resumable
-requests (stop strings, ``n > 1``, ``prompt_embeds``), each chunk runs as its own generation over
-the chunks received so far (prefix caching keeps the repeated prefix cheap), as before, and the
-stage logs it once; a stage with hidden states fails such a request (400) instead.
+fit fails the request with 400 before vLLM sees it: vLLM would kill the engine). Where vLLM
+refuses resumable requests (stop strings, ``n > 1``, ``prompt_embeds``; hidden states are not
+captured for them either), each chunk runs as its own generation over the chunks received so far
+(prefix caching keeps the repeated prefix cheap), as before, and the stage logs it once.
 
 Failures: what vLLM raises while accepting a request (a prompt longer than ``max_model_len``,
 sampling values it refuses) fails that request with 400 (:mod:`omni_core.stage.worker` catches
@@ -29,11 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from omni_core.errors import RequestError
-from omni_core.kinds.vllm_session import (
-    PromptTooLongError,
-    ResumableSession,
-    refusal,
-)
+from omni_core.kinds.vllm_session import PromptTooLongError, ResumableSession, refusal
 from omni_core.kinds.vllm_session import about_prompt_length as _about_prompt_length
 from omni_core.outputs import StageOutput, TokenLogprob
 from omni_core.stage.worker import REQUEST_ERRORS, error_output, injected_fault
@@ -128,19 +122,16 @@ class VllmWorkerEngine:
     def add(self, request: Any) -> None:
         rid = request.request_id
         if request.streaming_input:
+            if self.hidden is not None:
+                raise RequestError(
+                    f"request {rid}: this stage emits hidden states, which streamed input "
+                    "(a stream edge into it) does not support"
+                )
             params = self.va.sampling_params(request.params)
             state = _Streamed(params)
             why = refusal(params, request.prompt)
-            if why is not None and self.hidden is not None:
-                raise RequestError(
-                    f"request {rid}: this stage emits hidden states, which streamed input "
-                    f"(a stream edge into it) supports only as a resumable request, and vLLM "
-                    f"refuses those with {why}"
-                )
             if why is None:
-                state.session = ResumableSession(
-                    self.engine, rid, self.max_model_len, capture=self.hidden
-                )
+                state.session = ResumableSession(self.engine, rid, self.max_model_len)
             elif why not in self.warned:
                 self.warned.add(why)
                 logger.warning(
@@ -331,10 +322,8 @@ class VllmWorkerEngine:
         finished = ro.finished
         reason = completion.finish_reason
         prompt_ids = None
-        hidden = None
         state = self.streamed.get(owner or rid)
         if state is not None and state.session is not None:  # a resumable request's segment
-            hidden = state.session.hidden_states()  # before the session may close below
             if state.fresh:
                 state.fresh = False
                 prompt_ids = list(state.session.context)
@@ -363,8 +352,7 @@ class VllmWorkerEngine:
             self.fresh.discard(rid)
             prompt_ids = list(ro.prompt_token_ids or ())
             self.prefilled += len(prompt_ids) - (ro.num_cached_tokens or 0)
-        if self.hidden is not None and (state is None or state.session is None):
-            hidden = self.hidden.take(rid, finished)
+        hidden = self.hidden.take(rid, finished) if self.hidden is not None else None
         outputs.append(
             StageOutput(
                 request_id=rid,

@@ -9,11 +9,10 @@ installed), the thinker hearing the user's audio.
   ``response.done``), one fresh session per turn (a cancelled 400-token reply stays in the
   history: one session would reach the thinker's ``max_model_len`` within a few turns).
 * prefill per turn: a 10-turn typed conversation in one session (short replies); the thinker
-  stage's prefilled tokens per turn (the ``vllm`` kind's ``get_state``), beside how much the
-  context grew that turn (the new turn plus the previous reply: what a resumable request would
-  prefill). ``qwen2.5-omni-duplex`` runs a fresh request per turn (the talker needs the thinker's
-  hidden states, which resumable requests and prefix caching do not give), so the prefill is the
-  whole conversation and grows.
+  stage's prefilled tokens per turn (its ``get_state``). ``qwen2.5-omni-duplex`` keeps one
+  resumable request per session (only the new turn is prefilled); the same conversation runs
+  again, same run, on its fallback (the thinker stage's ``options.resumable: false``: a fresh
+  request per response, prefilling the whole conversation).
 """
 
 from __future__ import annotations
@@ -32,7 +31,6 @@ from omni_duplex.config import WIRE_SAMPLE_RATE
 logger = logging.getLogger(__name__)
 
 PIPELINE = "qwen2.5-omni-duplex"
-RESUMABLE = "qwen2.5-omni-duplex-text"  # one resumable request per session (text replies)
 SILENCE_MS = 200
 CONVERSATION_TURNS = 10
 
@@ -98,20 +96,19 @@ async def _prefilled(engine: Any) -> int:
     return int(state["prefilled_tokens"])
 
 
-def _resumable_prefill() -> list[int]:
-    """The same conversation on the resumable pipeline (empty when it is not registered)."""
-    from omni_core import ConfigError, create_engine
+def _fallback_prefill() -> list[int]:
+    """The same conversation on the pipeline's fallback (a fresh thinker request per response)."""
+    from omni_core import OmniSettings, create_engine
+    from omni_core.plugin import PluginHost
 
-    try:
-        engine: Any = create_engine(RESUMABLE)
-    except ConfigError as exc:
-        logger.warning("omni bench duplex: %s not run (%s)", RESUMABLE, exc)
-        return []
+    config = PluginHost.create(OmniSettings()).pipelines()[PIPELINE].load()
+    config.stages[0].engine_args.setdefault("options", {})["resumable"] = False
+    engine: Any = create_engine(config)
     try:
         prefill = asyncio.run(prefill_per_turn(engine, CONVERSATION_TURNS))
     finally:
         engine.shutdown()
-    logger.info("%s: thinker prefill per turn %s", RESUMABLE, prefill)
+    logger.info("%s fallback: thinker prefill per turn %s", PIPELINE, prefill)
     return prefill
 
 
@@ -142,14 +139,10 @@ def omni_rows(quick: bool) -> list[Row]:
         end_ms, cancel_ms = pct(first, q) * 1e3, pct(client, q) * 1e3
         rows.append(Row("duplex", n, f"end of speech → first audio {p}", end_ms, "ms"))
         rows.append(Row("duplex", n, f"barge-in: speech → cancelled {p}", cancel_ms, "ms"))
-    resumable = _resumable_prefill()
-    if resumable:
-        first_r, last_r = f"{RESUMABLE}: thinker prefill, turn 1", f"{RESUMABLE}: turn 10"
-        rows.append(Row("duplex", c, first_r, resumable[0], "tokens"))
-        rows.append(Row("duplex", c, last_r, resumable[-1], "tokens", prefill[-1], "fresh"))
+    fallback = _fallback_prefill()
     last = f"thinker prefill, turn {len(prefill)}"
-    growth = prefill[-1] - prefill[-2]
     rows.append(Row("duplex", c, "thinker prefill, turn 1", prefill[0], "tokens"))
-    rows.append(Row("duplex", c, last, prefill[-1], "tokens", growth, "context growth"))
+    rows.append(Row("duplex", c, last, prefill[-1], "tokens", fallback[-1], "fallback"))
+    rows.append(Row("duplex", c, f"fallback: {last}", fallback[-1], "tokens"))
     logger.info("%s: thinker prefill per turn %s", PIPELINE, prefill)
     return rows
