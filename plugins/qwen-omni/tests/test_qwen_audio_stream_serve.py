@@ -2,9 +2,9 @@
 client: a streamed chat asking for text and audio gets its audio deltas (base64 pcm16, 24 kHz)
 while the transcript is still coming, the speech metrics are observed, and a non-streamed chat
 still gets one whole WAV. The thinker is held to ``TOKENS`` tokens (``min_tokens``), the talker
-follows it a token behind, token2wav voices its first chunk after 48 codes (24 + 24 of right
-context): the tiny thinker on vLLM outruns the talker, so its reply must be long enough for the
-talker's first 48 codes to be voiced before it ends."""
+follows it a token behind, token2wav voices its first chunk after 36 codes (the pipeline's 12 +
+24 of right context): the tiny thinker on vLLM outruns the talker, so its reply must be long
+enough for the talker's first 36 codes to be voiced before it ends."""
 
 from __future__ import annotations
 
