@@ -16,8 +16,9 @@ request (the worker sleeps between commands), and a new session with every slot 
 least recently used idle one. A closed session's next turn starts a new conversation in the
 engine (system turn + the new turn; the earlier turns are not re-sent).
 
-Why text only: the talker needs the thinker's hidden states, which a resumable request does not
-give (see :mod:`omni_qwen.duplex`).
+Text only: no talker. ``qwen2.5-omni-duplex`` (speech replies) extends this engine with the
+thinker's hidden states for its talker (:mod:`omni_qwen.duplex_speech`). Options: ``max_model_len``,
+``idle_s``, ``max_num_seqs``, ``kv_cache_memory_bytes``, ``max_audio`` (audio items per chunk).
 """
 
 from __future__ import annotations
