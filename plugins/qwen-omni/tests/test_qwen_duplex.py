@@ -353,3 +353,27 @@ def test_omni_duplex_talk_over_url(served, tmp_path):
     assert "input_audio_buffer.speech_started" in kinds and "response.output_audio.delta" in kinds
     statuses = [e["response"]["status"] for e in events if e["type"] == "response.done"]
     assert statuses and statuses[0] == "completed"
+
+
+def test_a_spoken_reply_streams_an_audio_delta_per_token2wav_chunk(served):
+    """Streamed token2wav (issue 27): one ``response.output_audio.delta`` per token2wav chunk, the
+    first while the thinker's text deltas still come. Whole-utterance audio would be one delta
+    after the talker's last code (measured so: 424 text deltas, then 1 audio delta)."""
+    audio, text = "response.output_audio.delta", "response.output_text.delta"
+    kinds: list[str] = []
+    with served[0].realtime.connect(model="qwen2.5-omni-duplex") as conn:
+        conn.recv()
+        conn.session.update(session={**NO_VAD, "max_output_tokens": 450})  # a long reply
+        until(conn, "session.updated")
+        conn.conversation.item.create(item=user("Tell me about the sea."))
+        conn.response.create()
+        done = False
+        while kinds.count(audio) < 2 and not done:  # two chunks will do: the rest is cancelled
+            kinds.append(conn.recv().type)
+            done = kinds[-1] in ("response.done", "error")
+        if not done:
+            conn.response.cancel()
+            until(conn, "response.done")
+    runs = [(k, len(list(g))) for k, g in itertools.groupby(kinds) if k in (audio, text)]
+    assert kinds.count(audio) >= 2, runs  # per chunk, not one per reply
+    assert text in kinds[kinds.index(audio) :], runs  # speech while the thinker still replies
