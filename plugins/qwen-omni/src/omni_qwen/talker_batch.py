@@ -27,10 +27,6 @@ def decode_rows(torch: Any, talker: Any, states: Sequence[Decoding], rows: Any, 
     transformers talker) over one decode row per request: ``rows[i]`` (``[len(states), hidden]``,
     before the talker's projection) plus the codec embedding of ``states[i]``'s last code. Each
     state gets its new cache row and ``past + 1``."""
-    from transformers import DynamicCache
-
-    pasts = [s.past for s in states]
-    longest = max(pasts)
     with torch.inference_mode():
         codec = talker.get_input_embeddings()
         previous = torch.tensor([[s.codes[-1]] for s in states], device=device)
@@ -38,18 +34,7 @@ def decode_rows(torch: Any, talker: Any, states: Sequence[Decoding], rows: Any, 
         positions = torch.tensor(
             [s.past + s.rope_delta for s in states], dtype=torch.long, device=device
         ).reshape(1, -1, 1)
-        mask = torch.zeros((len(states), longest + 1), dtype=torch.long, device=device)
-        for i, past in enumerate(pasts):
-            mask[i, longest - past :] = 1
-        cache = DynamicCache(config=talker.config)
-        for index in range(len(states[0].cache.layers)):
-            keys, values = [], []
-            for state, past in zip(states, pasts, strict=True):
-                layer = state.cache.layers[index]
-                pad = (0, 0, longest - past, 0)  # left-pad the sequence dimension
-                keys.append(torch.nn.functional.pad(layer.keys, pad))
-                values.append(torch.nn.functional.pad(layer.values, pad))
-            cache.update(torch.cat(keys), torch.cat(values), index)
+        cache, mask = batch_cache(torch, talker.config, states, device)
         out = talker(
             inputs_embeds=inputs,
             attention_mask=mask,
@@ -57,9 +42,40 @@ def decode_rows(torch: Any, talker: Any, states: Sequence[Decoding], rows: Any, 
             past_key_values=cache,
             use_cache=True,
         )
-        for i, (state, past) in enumerate(zip(states, pasts, strict=True)):
-            for mine, batched in zip(state.cache.layers, cache.layers, strict=True):
-                mine.keys = batched.keys[i : i + 1, :, longest - past :]
-                mine.values = batched.values[i : i + 1, :, longest - past :]
-            state.past = past + 1
+        take_rows(states, cache)
         return out.logits[:, -1]
+
+
+def batch_cache(torch: Any, config: Any, states: Sequence[Decoding], device: Any = None) -> Any:
+    """``(cache, mask)`` for one decode row per state: their ``DynamicCache`` s left-padded to
+    the longest ``past`` into one batch cache (``config``: the talker's text config) and the
+    attention mask ``[len(states), longest + 1]`` hiding the padding."""
+    from transformers import DynamicCache
+
+    pasts = [s.past for s in states]
+    longest = max(pasts)
+    mask = torch.zeros((len(states), longest + 1), dtype=torch.long, device=device)
+    for i, past in enumerate(pasts):
+        mask[i, longest - past :] = 1
+    cache = DynamicCache(config=config)
+    for index in range(len(states[0].cache.layers)):
+        keys, values = [], []
+        for state, past in zip(states, pasts, strict=True):
+            layer = state.cache.layers[index]
+            pad = (0, 0, longest - past, 0)  # left-pad the sequence dimension
+            keys.append(torch.nn.functional.pad(layer.keys, pad))
+            values.append(torch.nn.functional.pad(layer.values, pad))
+        cache.update(torch.cat(keys), torch.cat(values), index)
+    return cache, mask
+
+
+def take_rows(states: Sequence[Decoding], cache: Any) -> None:
+    """After a forward on :func:`batch_cache`'s cache: each state's cache becomes its row of the
+    batch's (the padding cut off again) and its ``past`` one more."""
+    longest = max(s.past for s in states)
+    for i, state in enumerate(states):
+        past = state.past
+        for mine, batched in zip(state.cache.layers, cache.layers, strict=True):
+            mine.keys = batched.keys[i : i + 1, :, longest - past :]
+            mine.values = batched.values[i : i + 1, :, longest - past :]
+        state.past = past + 1

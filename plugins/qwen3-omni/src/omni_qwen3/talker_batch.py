@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from omni_qwen.talker_batch import batch_cache, take_rows
+
 if TYPE_CHECKING:
     from omni_qwen3.talker import TalkerEngine, _Request
 
@@ -45,26 +47,11 @@ def decode_batch(engine: TalkerEngine, group: list[tuple[_Request, Any]]) -> lis
     """One talker decode step of each ``(state, input row)`` of ``group`` (all past their
     prefill) in one forward; per request its logits row ``[1, vocab]`` (for :func:`first_code`)
     and its last hidden ``[1, 1, hidden]``. A failure leaves every request's cache as it was."""
-    from transformers import DynamicCache
-
     torch = engine.torch
     states = [state for state, _ in group]
-    pasts = [state.past for state in states]
-    longest = max(pasts)
     inputs = torch.stack([x for _, x in group])[:, None]
-    positions = torch.tensor([p + s.rope_delta for p, s in zip(pasts, states, strict=True)])
-    mask = torch.zeros((len(states), longest + 1), dtype=torch.long)
-    for i, past in enumerate(pasts):
-        mask[i, longest - past :] = 1
-    cache = DynamicCache(config=engine.talker.config.text_config)
-    for index in range(len(states[0].cache.layers)):
-        keys, values = [], []
-        for state, past in zip(states, pasts, strict=True):
-            layer = state.cache.layers[index]
-            pad = (0, 0, longest - past, 0)  # left-pad the sequence dimension
-            keys.append(torch.nn.functional.pad(layer.keys, pad))
-            values.append(torch.nn.functional.pad(layer.values, pad))
-        cache.update(torch.cat(keys), torch.cat(values), index)
+    positions = torch.tensor([s.past + s.rope_delta for s in states])
+    cache, mask = batch_cache(torch, engine.talker.config.text_config, states)
     engine.forwards["talker"] += 1
     out = engine.talker(
         inputs_embeds=inputs,
@@ -75,11 +62,7 @@ def decode_batch(engine: TalkerEngine, group: list[tuple[_Request, Any]]) -> lis
         output_hidden_states=True,
         generation_step=0,  # only echoed back (transformers' trailing-row counter)
     )
-    for i, (state, past) in enumerate(zip(states, pasts, strict=True)):
-        for mine, batched in zip(state.cache.layers, cache.layers, strict=True):
-            mine.keys = batched.keys[i : i + 1, :, longest - past :]
-            mine.values = batched.values[i : i + 1, :, longest - past :]
-        state.past = past + 1
+    take_rows(states, cache)
     logits = out.logits[:, -1]
     hidden = out.hidden_states[0][-1][:, -1:]
     return [(logits[i : i + 1], hidden[i : i + 1]) for i in range(len(states))]
