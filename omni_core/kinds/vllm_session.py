@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from omni_core.errors import RequestError
+from omni_core.errors import ConfigError, RequestError
 
 logger = logging.getLogger(__name__)
 
@@ -67,15 +67,25 @@ def about_prompt_length(exc: BaseException) -> bool:
     return "maximum model length" in str(exc) or "maximum context length" in str(exc)
 
 
-def hidden_state_capture(engine: Any, layers: list[str]) -> Any:
-    """Per-token hidden states of ``engine``'s requests (``layers``: ``embeddings``, ``final``,
-    ``layer:K``; :mod:`omni_core.kinds.vllm_hidden`): hooks on the model, nothing captured until
-    a request is watched. Pass it to :class:`ResumableSession` (``capture``); the engine must run
-    with prefix caching off (every position computed) and eager. Arrays come back in process."""
+def hidden_state_capture(engine: Any, layers: list[str | int]) -> Any:
+    """Per-token hidden states of ``engine``'s requests (``layers``: ``embeddings`` (or 0),
+    ``final`` (or -1), ``layer:K``; :mod:`omni_core.kinds.vllm_hidden`): hooks on the model,
+    nothing captured until a request is watched. Pass it to :class:`ResumableSession`
+    (``capture``); the engine must run with prefix caching off (every position computed) and
+    eager. Arrays come back in process. An unknown layer is a :class:`ConfigError` here, not a
+    failure inside the model's forward (which would end the stage)."""
+    from pydantic import ValidationError
+
     from omni_core.kinds import vllm_adapter as va
     from omni_core.kinds.vllm_hidden import HiddenStateCapture
+    from omni_core.kinds.vllm_kind import HiddenStatesArgs
 
-    return HiddenStateCapture(engine, va, list(layers), None, 1 << 62)
+    try:
+        names = HiddenStatesArgs(layers=list(layers)).layers
+    except ValidationError as exc:
+        problem = exc.errors()[0]["msg"].removeprefix("Value error, ")
+        raise ConfigError([f"hidden_state_capture layers: {problem}"]) from None
+    return HiddenStateCapture(engine, va, [str(n) for n in names], None, 1 << 62)
 
 
 def refusal(params: Any, prompt: Any = None) -> str | None:

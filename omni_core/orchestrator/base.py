@@ -204,8 +204,7 @@ class OrchestratorBase:
     async def _request_handler(self) -> None:
         while True:
             batch = await self.inbox.get_batch()
-            if self._watchdog is not None:
-                self._watchdog.wake()
+            self._watch()
             for msg in batch:
                 if isinstance(msg, Shutdown):
                     self.tasks.stop.set()
@@ -283,10 +282,16 @@ class OrchestratorBase:
         (companions), registration (``omni_request_admitted``), the deadline, the submit. The
         template of every ``AddRequest``: the hooks fire whatever the subclass overrides."""
         await self.admissions.admit(msg)
+        self._watch()  # admission may await past the watchdog's idle beat: watch what it holds
 
     def register_run(self, run: RunState) -> None:
         """Hold a run (fires ``omni_request_admitted``)."""
         self.admissions.register(run)
+        self._watch()  # a run opened by a task, not an inbox batch (duplex sessions)
+
+    def _watch(self) -> None:
+        if self._watchdog is not None:
+            self._watchdog.wake()
 
     async def start_run(self, run: RunState) -> None:
         """Submit a registered run to its entry stages (stages without inputs)."""

@@ -198,3 +198,17 @@ def _prompt(ids: list[int]) -> Any:
     from omni_core.kinds import vllm_adapter as va
 
     return va.to_prompt(list(ids))
+
+
+@pytest.mark.parametrize(
+    ("layers", "names"),
+    [(["hidden"], "unknown layer 'hidden'"), (["layer:0"], "layer:0")],
+)
+def test_an_unknown_capture_layer_is_a_config_error_up_front(layers, names):
+    """Checked where the capture is made (it used to fail inside the model's forward hook, which
+    ends the stage); 0 / -1 are the documented aliases of embeddings / final."""
+    from omni_core import ConfigError
+    from omni_core.kinds.vllm_session import hidden_state_capture
+
+    with pytest.raises(ConfigError, match=names):
+        hidden_state_capture(None, layers)

@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from omni_core import SamplingParams
 from omni_core.config.settings import OmniSettings
 from omni_core.orchestrator import watchdog
 from tests.helpers import collect
@@ -94,3 +95,33 @@ async def test_an_idle_engine_s_watchdog_sleeps_and_wakes_for_work(
     clock.reads = 0
     await asyncio.sleep(0.3)
     assert clock.reads <= 3, f"the watchdog woke {clock.reads} times in 0.3 s after a request"
+
+
+class _Sink:
+    """An ``open_run`` stream: outputs pushed on the orchestrator's loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.items: list = []
+
+    def push(self, item) -> None:
+        self.items.append(item)
+
+
+async def test_a_run_opened_by_a_task_wakes_the_sleeping_watchdog(make_engine, hog_module, caplog):
+    """A run a subclass opens itself (``open_run``, as duplex sessions do from their own task) is
+    registered outside any inbox batch: it wakes the idle watchdog too, so its stage blocking
+    the loop is named (before the fix the watchdog slept through it)."""
+    caplog.set_level(logging.WARNING, logger=WATCHDOG)
+    engine = make_engine(PIPELINE)
+    orch = engine._runtime.orchestrator
+    await asyncio.sleep(0.2)  # started and idle: the watchdog sleeps
+    assert orch._watchdog._timer is None
+
+    async def open_own_run() -> None:
+        await asyncio.sleep(0)  # a task of the loop's, not a message from the inbox
+        await orch.open_run("own-1", "x", {0: SamplingParams()}, _Sink(orch.loop))
+
+    asyncio.run_coroutine_threadsafe(open_own_run(), orch.loop).result(timeout=10)
+    await asyncio.sleep(0.8)  # the stage blocks the loop 0.4 s
+    assert [r for r in caplog.records if "stage 'hogger' replica 0" in r.getMessage()]
