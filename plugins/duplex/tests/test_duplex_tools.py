@@ -245,6 +245,37 @@ async def test_auto_reads_a_hermes_call_into_function_call_events_and_the_output
     await session.close()
 
 
+@pytest.mark.engine  # vLLM's parser, as above
+async def test_a_failing_tool_parser_fails_that_response_alone(canned, monkeypatch):
+    """The parser raising on a reply: one ``error`` and a failed ``response.done``; the session
+    takes the next response (it used to keep the failed one open: every later create refused)."""
+    from omni_duplex import tools
+
+    engine, _ = canned
+    real = tools.on_text
+
+    async def broken(*args, **kwargs):
+        raise ValueError("unparsable")
+
+    monkeypatch.setattr(tools, "on_text", broken)
+    session = await engine.open_session(TEXT_ONLY)
+    await until(session, of_type(P.SESSION_CREATED))
+    session.send(P.UpdateSession(session={"tools": [WEATHER]}))
+    await until(session, of_type(P.SESSION_UPDATED))
+    session.send(P.AppendText(text="weather in Rome?", commit=True))
+    session.send(P.CreateResponse())
+    events = await until(session, of_type(P.RESPONSE_DONE))
+    [error] = [e.data for e in events if e.type == P.ERROR]
+    assert error["code"] == "tool_call_error" and "unparsable" in error["message"]
+    assert events[-1].data["status"] == "failed"
+    monkeypatch.setattr(tools, "on_text", real)
+    session.send(P.CreateResponse())
+    events = await until(session, of_type(P.RESPONSE_DONE))
+    assert events[-1].data["status"] == "completed"
+    assert not [e for e in events if e.type == P.ERROR]
+    await session.close()
+
+
 async def test_tools_need_a_plug_that_renders_them(duplex):
     engine = duplex(section="{model: test-voice, vad: energy}")
     session = await engine.open_session(TEXT_ONLY)

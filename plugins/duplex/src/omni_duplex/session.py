@@ -411,6 +411,24 @@ class SessionRunner:
             )
             self._finish(resp, "failed", out.error.type)
             return
+        try:
+            await self._project(resp, out)
+        except Exception as exc:  # e.g. vLLM's tool-call parser: this reply fails, alone
+            code = "tool_call_error" if resp.tools is not None else "output_error"
+            logger.exception("session %s: %s", self.id, code)
+            self.error(code, f"the reply's output could not be read: {exc}")
+            self._finish(resp, "failed", code)
+            self.epoch += 1
+            if not out.finished and resp.run_id in self.live_runs:
+                await self.orch.abort_session_runs([resp.run_id])
+            return
+        if out.finished:
+            reason = out.finish_reason or "stop"
+            status = "cancelled" if reason in ("abort", "cancelled", "timeout") else "completed"
+            self._finish(resp, status, reason)
+
+    async def _project(self, resp: _Response, out: OmniRequestOutput) -> None:
+        """One output's text and audio deltas as events (a reply with tools: through its parser)."""
         for delta in self.model.project(out):
             if delta.kind == "text" and resp.tools is not None:
                 await tools.on_text(self, resp, delta.value, out.token_ids)
@@ -424,12 +442,8 @@ class SessionRunner:
                 self.emit(
                     P.AUDIO_DELTA, response_id=resp.id, item_id=resp.item_id, audio=delta.value
                 )
-        if out.finished:
-            if resp.tools is not None:
-                await tools.flush(self, resp)
-            reason = out.finish_reason or "stop"
-            status = "cancelled" if reason in ("abort", "cancelled", "timeout") else "completed"
-            self._finish(resp, status, reason)
+        if out.finished and resp.tools is not None:
+            await tools.flush(self, resp)
 
     def _finish(self, resp: _Response, status: str, reason: str) -> None:
         if resp.done:
