@@ -56,8 +56,16 @@ class VllmWorkerEngine:
     def __init__(self, config: dict[str, Any]) -> None:
         args = config["args"]
         hidden = args.get("hidden_states")
-        # with hidden states every prompt position must be computed (VllmArgs checks it)
-        self._open(config, **({"enable_prefix_caching": False} if hidden is not None else {}))
+        overrides: dict[str, Any] = {}
+        if hidden is not None:
+            # every prompt position must be computed (VllmArgs checks it)
+            overrides["enable_prefix_caching"] = False
+            engine = args["engine"]
+            if engine.get("enforce_eager") is False and "compilation_config" not in engine:
+                # compiled: piecewise graphs at most, a full CUDA graph's replay skips the
+                # model's Python forward and with it the capture (no graphs on CPU anyway)
+                overrides["compilation_config"] = {"cudagraph_mode": "PIECEWISE"}
+        self._open(config, **overrides)
         self.with_payload = args["request_output_payload"]
         self._warm_up()
         self.hidden: Any = None
