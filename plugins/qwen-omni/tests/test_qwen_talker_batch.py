@@ -149,3 +149,40 @@ def test_speech_bench_compares_the_talker_batched_and_not():
     codes_out = pipeline(None, token2wav=False)  # --no-token2wav: the talker's codes are final
     assert [s.name for s in codes_out.stages] == ["thinker", "talker"]
     assert codes_out.stages[1].final_output and codes_out.stages[1].final_output_type == "tokens"
+
+
+def test_a_sampling_failure_after_the_batched_forward_fails_that_request_alone(tiny_qwen, speeches):
+    """The batched forward advanced every cache: a request whose sampling then fails ends with
+    an error, the others keep their codes (they used to be stepped again on advanced caches)."""
+    talker = engine(tiny_qwen, max_batch=64)
+    sample = talker.sample
+    calls = {"r1": 0}
+
+    def failing(state: Any, row: Any) -> int:
+        if state.rid == "r1":
+            calls["r1"] += 1
+            if calls["r1"] == 6:  # a decode step of r1's while r0 and r2 share its forward
+                raise ValueError("r1's sampling failed")
+        return sample(state, row)
+
+    talker.sample = failing
+    codes: dict[str, list[int]] = {}
+    errors: dict[str, str] = {}
+    for i in range(3):
+        request = SimpleNamespace(
+            request_id=f"r{i}",
+            prompt=whole_input(speeches[i], CASES[i][2]),
+            params=GREEDY,
+            streaming_input=False,
+            stream_outputs=True,
+        )
+        talker.add(request)
+        codes[f"r{i}"] = []
+    while talker.has_work():
+        for out in talker.step():
+            if out.error is not None:
+                errors[out.request_id] = out.error.message
+            else:
+                codes[out.request_id] += out.token_ids
+    assert list(errors) == ["r1"] and "sampling failed" in errors["r1"]
+    assert codes["r0"] == speeches[0].codes and codes["r2"] == speeches[2].codes

@@ -359,7 +359,7 @@ class TalkerEngine(TorchStageEngine):
             if plan is not None:
                 ready.append((state, plan))
         decoding = [(s, p) for s, p in ready if s.cache is not None and p[0] != "empty"]
-        codes: dict[str, int] = {}
+        rows: dict[str, Any] = {}  # each batched request's logits row, sampled in its own step
         for lo in range(0, len(decoding), self.batch):
             group = decoding[lo : lo + self.batch]
             if len(group) > 1:
@@ -368,10 +368,10 @@ class TalkerEngine(TorchStageEngine):
                 except Exception:  # each request's own forward then says what is wrong
                     logger.exception("batched talker step of %d requests", len(group))
                     continue
-                codes.update(zip([s.rid for s, _ in group], batched, strict=True))
+                rows.update(zip([s.rid for s, _ in group], batched, strict=True))
         for state, plan in ready:
             try:
-                out = self._step_one(state, plan, codes.get(state.rid))
+                out = self._step_one(state, plan, rows.get(state.rid))
             except Exception as exc:  # this request's own failure: it ends, the others go on
                 del self.requests[state.rid]
                 outputs.append(error_output(state.rid, exc))
@@ -383,13 +383,18 @@ class TalkerEngine(TorchStageEngine):
         return outputs
 
     def _step_one(
-        self, state: _Request, plan: tuple[str, int], code: int | None
+        self, state: _Request, plan: tuple[str, int], row: Any | None
     ) -> StageOutput | None:
-        """One request's step: its code from the batched forward, or its own forward."""
+        """One request's step: its code sampled from its row of the batched forward's logits
+        (its cache already advanced by it: a failure here fails this request alone, it is never
+        stepped twice), or from its own forward."""
         if plan[0] == "empty":
             return self._finish(state, "stop")
-        if code is None:
+        if row is None:
             code = self.forward(state, self.inputs(state, plan))
+        else:
+            with self.torch.inference_mode():
+                code = self.sample(state, row)
         if code in self.stop_codes:
             return self._finish(state, "stop")
         state.codes.append(code)
@@ -448,16 +453,16 @@ class TalkerEngine(TorchStageEngine):
         probs = torch.nn.functional.softmax(logits, dim=-1)
         return int(torch.multinomial(probs, num_samples=1, generator=state.generator))
 
-    def forward_batch(self, group: list[tuple[_Request, tuple[str, int]]]) -> list[int]:
+    def forward_batch(self, group: list[tuple[_Request, tuple[str, int]]]) -> list[Any]:
         """One decode row of each request of ``group`` (its state, its planned step; all past
-        their prefill) in one forward (:func:`omni_qwen.talker_batch.decode_rows`), and each
-        request's next code."""
+        their prefill) in one forward (:func:`omni_qwen.talker_batch.decode_rows`): each
+        request's logits row ``[1, vocab]``, sampled in its own step."""
         torch = self.torch
         states = [s for s, _ in group]
         with torch.inference_mode():
             rows = torch.stack([self.inputs(s, plan) for s, plan in group])
             logits = decode_rows(torch, self.talker, states, rows, self.device)
-            return [self.sample(state, logits[i : i + 1]) for i, state in enumerate(states)]
+            return [logits[i : i + 1] for i in range(len(states))]
 
     def prefill_positions(self, state: _Request, length: int) -> Any:
         """The talker's 3D rope positions over ``[prompt ids, bos_token, gen[0]]`` (and the

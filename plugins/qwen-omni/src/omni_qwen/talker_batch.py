@@ -76,6 +76,6 @@ def take_rows(states: Sequence[Decoding], cache: Any) -> None:
     for i, state in enumerate(states):
         past = state.past
         for mine, batched in zip(state.cache.layers, cache.layers, strict=True):
-            mine.keys = batched.keys[i : i + 1, :, longest - past :]
-            mine.values = batched.values[i : i + 1, :, longest - past :]
+            mine.keys = batched.keys[i : i + 1, :, longest - past :].clone()  # not a view:
+            mine.values = batched.values[i : i + 1, :, longest - past :].clone()  # frees the batch
         state.past = past + 1
