@@ -287,7 +287,7 @@ class OrchestratorBase:
     def register_run(self, run: RunState) -> None:
         """Hold a run (fires ``omni_request_admitted``)."""
         self.admissions.register(run)
-        self._watch()  # a run opened by a task, not an inbox batch (duplex sessions)
+        self._watch()  # a run a subclass opens from its own task, not an inbox batch
 
     def _watch(self) -> None:
         if self._watchdog is not None:
