@@ -27,8 +27,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from omni_core.errors import RequestError
-from omni_core.kinds.vllm_session import PromptTooLongError, ResumableSession, refusal
-from omni_core.kinds.vllm_session import about_prompt_length as _about_prompt_length
+from omni_core.kinds.vllm_session import (
+    PromptTooLongError,
+    ResumableSession,
+    about_prompt_length,
+    refusal,
+)
 from omni_core.outputs import StageOutput, TokenLogprob
 from omni_core.stage.worker import REQUEST_ERRORS, error_output, injected_fault
 
@@ -171,7 +175,7 @@ class VllmWorkerEngine:
             if self.hidden is not None:
                 self.hidden.watch(engine_id, rid)
         except self.va.VLLMClientError as exc:
-            if _about_prompt_length(exc):
+            if about_prompt_length(exc):
                 raise PromptTooLongError(
                     f"the prompt does not fit this stage's max_model_len ({self.max_model_len} "
                     f"tokens): {exc}"

@@ -57,8 +57,6 @@ class LoopWatchdog:
         self.period_s = period_s
         self.busy = busy
         self.stalls = 0  # how many stalls it reported (tests, diagnostics)
-        self.beats = 0  # timer callbacks on the loop (tests, diagnostics)
-        self.checks = 0  # wake-ups of the thread (tests, diagnostics)
         self._beat = time.monotonic()
         self._timer: asyncio.TimerHandle | None = None
         self._stop = threading.Event()
@@ -90,7 +88,6 @@ class LoopWatchdog:
             self._timer = None
 
     def _tick(self) -> None:
-        self.beats += 1
         self._beat = time.monotonic()
         if self.busy():
             self._timer = self.loop.call_later(self.period_s, self._tick)
@@ -105,7 +102,6 @@ class LoopWatchdog:
             self._watching.wait()
             if self._stop.wait(self.period_s):
                 return
-            self.checks += 1
             beat = self._beat
             lag = time.monotonic() - beat
             if lag <= limit or beat == reported or not self._watching.is_set():
