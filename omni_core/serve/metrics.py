@@ -120,7 +120,7 @@ class OmniMetrics:
 
     # --- hooks (orchestrator thread) ----------------------------------------------------------
     @hookimpl
-    def omni_request_admitted(self, request_id: str, port: Any) -> None:
+    def omni_request_admitted(self, run_id: str, port: Any) -> None:
         if not self._names:
             stages = port.pipeline.stages
             self._names = {sid: s.name for sid, s in stages.items()}
@@ -130,43 +130,43 @@ class OmniMetrics:
             self._final = frozenset(
                 sid for sid, s in stages.items() if getattr(s.config, "final_output", False)
             )
-        self._admitted[request_id] = time.monotonic()
+        self._admitted[run_id] = time.monotonic()
         self.inflight.inc()
 
     @hookimpl
-    def omni_stage_submitted(self, request_id: str, stage_id: int) -> None:
+    def omni_stage_submitted(self, run_id: str, stage_id: int) -> None:
         now = time.monotonic()
-        self._stages[(request_id, stage_id)] = [now, 0.0, 0.0]
+        self._stages[(run_id, stage_id)] = [now, 0.0, 0.0]
         for source in self._inputs.get(stage_id, ()):
-            done = self._finished_at.get((request_id, source))
+            done = self._finished_at.get((run_id, source))
             if done is not None:
                 label = f"{self._names.get(source)}->{self._names.get(stage_id)}"
                 self.edge.labels(label).observe(now - done[0])
                 self.edge_tokens.labels(label).inc(done[1])
 
     @hookimpl
-    def omni_stage_output(self, request_id: str, stage_id: int, output: Any) -> None:
-        times = self._stages.get((request_id, stage_id))
+    def omni_stage_output(self, run_id: str, stage_id: int, output: Any) -> None:
+        times = self._stages.get((run_id, stage_id))
         if times is None:
             return
         now = time.monotonic()
         if stage_id in self._final and isinstance(output.payload, AudioChunk):
-            self._heard(request_id, output.payload, now)
+            self._heard(run_id, output.payload, now)
         name = self._names.get(stage_id, str(stage_id))
         if not times[1]:
             times[1] = now
             self.first_output.labels(name).observe(now - times[0])
         if output.finished:
             self.stage_latency.labels(name).observe(now - times[0])
-            done = self._finished_at.get((request_id, stage_id), (now, 0))
-            self._finished_at[(request_id, stage_id)] = (now, done[1] + len(output.token_ids))
+            done = self._finished_at.get((run_id, stage_id), (now, 0))
+            self._finished_at[(run_id, stage_id)] = (now, done[1] + len(output.token_ids))
         elif output.token_ids:
-            done = self._finished_at.get((request_id, stage_id), (0.0, 0))
-            self._finished_at[(request_id, stage_id)] = (done[0], done[1] + len(output.token_ids))
+            done = self._finished_at.get((run_id, stage_id), (0.0, 0))
+            self._finished_at[(run_id, stage_id)] = (done[0], done[1] + len(output.token_ids))
 
     @hookimpl
-    def omni_request_terminal(self, request_id: str, finish_reason: str) -> None:
-        start = self._admitted.pop(request_id, None)
+    def omni_request_terminal(self, run_id: str, finish_reason: str) -> None:
+        start = self._admitted.pop(run_id, None)
         if start is None:
             return
         self.inflight.dec()
@@ -175,25 +175,25 @@ class OmniMetrics:
         if outcome == "aborted":
             self.aborts.labels(finish_reason).inc()
         self.e2e.observe(time.monotonic() - start)
-        playback = self._audio.pop(request_id, None)
+        playback = self._audio.pop(run_id, None)
         if playback is not None and playback.seconds > 0:
             self.audio_rtf.observe((playback.last - start) / playback.seconds)
         for stage_id in self._names:  # per stage, not a scan of every request's keys
-            self._stages.pop((request_id, stage_id), None)
-            self._finished_at.pop((request_id, stage_id), None)
+            self._stages.pop((run_id, stage_id), None)
+            self._finished_at.pop((run_id, stage_id), None)
 
-    def _heard(self, request_id: str, chunk: AudioChunk, now: float) -> None:
+    def _heard(self, run_id: str, chunk: AudioChunk, now: float) -> None:
         """An audio piece of a final stage: TTFP on the first, an underrun when the audio so
         far (played from the first piece's arrival) ran out before this one came."""
         samples = math.prod(getattr(chunk.samples, "shape", (0,)))
-        admitted = self._admitted.get(request_id)
+        admitted = self._admitted.get(run_id)
         if not samples or admitted is None or not chunk.sample_rate:
             return
         seconds = samples / chunk.sample_rate
-        playback = self._audio.get(request_id)
+        playback = self._audio.get(run_id)
         if playback is None:
             self.first_audio.observe(now - admitted)
-            self._audio[request_id] = _Playback(now + seconds, now, seconds)
+            self._audio[run_id] = _Playback(now + seconds, now, seconds)
             return
         if now > playback.until:
             self.audio_underruns.inc()

@@ -52,15 +52,15 @@ class OmniTracing:
         self._stage_ids: set[int] = set()
 
     @hookimpl
-    def omni_request_admitted(self, request_id: str, request: Any, port: Any) -> None:
+    def omni_request_admitted(self, run_id: str, request: Any, port: Any) -> None:
         span = self.tracer.start_span(
             "omni.request",
             attributes={
-                "omni.request_id": request_id,
+                "omni.request_id": run_id,
                 "omni.pipeline": port.pipeline.config.name,
             },
         )
-        self._roots[request_id] = span
+        self._roots[run_id] = span
         # Carried into stage processes with every stage request. Core-internal: the run's tags
         # are a dict (plugins see them read-only and set them through Admission.tags).
         carrier: dict[str, str] = {}
@@ -68,33 +68,33 @@ class OmniTracing:
         request.tags["trace_context"] = carrier
 
     @hookimpl
-    def omni_stage_submitted(self, request_id: str, stage_id: int, replica: int, port: Any) -> None:
-        root = self._roots.get(request_id)
+    def omni_stage_submitted(self, run_id: str, stage_id: int, replica: int, port: Any) -> None:
+        root = self._roots.get(run_id)
         if root is None:
             return
         context = self._trace.set_span_in_context(root)
         name = port.pipeline.stages[stage_id].name
         self._stage_ids.add(stage_id)
-        self._stages[(request_id, stage_id)] = self.tracer.start_span(
+        self._stages[(run_id, stage_id)] = self.tracer.start_span(
             f"omni.stage.{name}",
             context=context,
             attributes={"omni.stage_id": stage_id, "omni.replica": replica},
         )
 
     @hookimpl
-    def omni_stage_output(self, request_id: str, stage_id: int, output: Any) -> None:
+    def omni_stage_output(self, run_id: str, stage_id: int, output: Any) -> None:
         if output.finished:
-            span = self._stages.pop((request_id, stage_id), None)
+            span = self._stages.pop((run_id, stage_id), None)
             if span is not None:
                 span.end()
 
     @hookimpl
-    def omni_request_terminal(self, request_id: str, finish_reason: str) -> None:
+    def omni_request_terminal(self, run_id: str, finish_reason: str) -> None:
         for stage_id in self._stage_ids:  # per stage, not a scan of every request's spans
-            span = self._stages.pop((request_id, stage_id), None)
+            span = self._stages.pop((run_id, stage_id), None)
             if span is not None:
                 span.end()
-        root = self._roots.pop(request_id, None)
+        root = self._roots.pop(run_id, None)
         if root is not None:
             root.set_attribute("omni.finish_reason", finish_reason)
             root.end()
