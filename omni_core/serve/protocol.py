@@ -107,9 +107,10 @@ class AudioOptions(_Body):
     theirs to refuse, a 400), the others ignore it. ``format``: ``wav`` (whole responses: one WAV
     file) or ``pcm16`` (raw 16-bit mono samples at the pipeline's rate); streamed audio is always
     pcm16 pieces, as OpenAI streams it. Other formats OpenAI names (mp3, flac, opus, aac) are a
-    400."""
+    400. Without ``voice`` (OpenAI requires it; here optional) the stages use their default
+    voice, as without ``audio``."""
 
-    voice: str = Field(min_length=1)
+    voice: str | None = Field(default=None, min_length=1)
     format: Literal["wav", "pcm16"] = "wav"
 
 
@@ -355,7 +356,8 @@ class ChatCompletionRequest(_Sampling):
         as it can)."""
         from omni_core.media import AUDIO_OPTIONS, audio_options
 
-        out: dict[str, Any] = {"voice": self.audio.voice} if self.audio is not None else {}
+        audio = self.audio
+        out: dict[str, Any] = {"voice": audio.voice} if audio and audio.voice is not None else {}
         if self.stream and "audio" in (self.modalities or ()):
             out[AUDIO_OPTIONS] = audio_options(stream=True)
         return out or None
