@@ -93,6 +93,7 @@ class _Request:
     emitted: int = 0
     whole: list[int] = field(default_factory=list)
     fail_after: int | None = None
+    fail_status: int = 500
     hang_after: int | None = None
 
 
@@ -121,7 +122,9 @@ class ScriptedCore:
         faults: dict[str, Any] | None = None,
     ) -> None:
         """``faults`` (from ``SamplingParams.extra["scripted"]``) inject per-request faults:
-        ``{"fail_after": N, "hang_after": N, "stages": [names]}`` (default: every stage)."""
+        ``{"fail_after": N, "hang_after": N, "stages": [names]}`` (default: every stage);
+        ``"status": S`` is the failure's status code (default 500; 400: the stage refused the
+        input, as vLLM refuses a prompt past ``max_model_len``)."""
         limit = (
             self.args.num_tokens if max_tokens is None else min(max_tokens, self.args.num_tokens)
         )
@@ -130,6 +133,7 @@ class ScriptedCore:
         if faults and self.name in faults.get("stages", [self.name]):
             req.fail_after = faults.get("fail_after", req.fail_after)
             req.hang_after = faults.get("hang_after", req.hang_after)
+            req.fail_status = int(faults.get("status", 500))
         req.chunks.append(prompt_tokens(prompt))
         self.running[request_id] = req
 
@@ -227,7 +231,7 @@ class ScriptedCore:
                 error=ErrorInfo(
                     type="ScriptedStageError",
                     message=f"stage '{self.name}' failed request {rid} (fail_after)",
-                    status_code=500,
+                    status_code=req.fail_status,
                 ),
             )
         if req.current is None:

@@ -5,16 +5,23 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
+from typing import Any, NamedTuple
 
 from starlette.websockets import WebSocketDisconnect
 
 from omni_duplex.server import serve_socket
 
 
+class _Address(NamedTuple):
+    host: str
+    port: int
+
+
 class FakeSocket:
-    def __init__(self, query: dict[str, str] | None = None) -> None:
+    def __init__(self, query: dict[str, str] | None = None, client: str | None = None) -> None:
         self.query_params = dict(query or {})
+        # starlette's ``websocket.client`` (the peer's address); None as a test client has none
+        self.client = None if client is None else _Address(client, 50_000)
         self.inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self.sent: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self.close_code: int | None = None

@@ -196,3 +196,72 @@ async def test_an_idle_connection_is_closed_after_idle_ttl(duplex):
     assert events[-1]["reason"] == "idle_timeout"
     await ws.task
     assert ws.close_code == 1000 and engine.session_count() == 0
+
+
+class Refusing:
+    """The scripted thinker refuses (400, as vLLM past ``max_model_len``) any conversation that
+    holds a turn longer than ``limit`` characters: the model plug re-sends the history."""
+
+    def __init__(self, engine, limit: int = 100) -> None:
+        import msgspec
+
+        self.plans = []
+        model, plan = (
+            engine.orchestrator.sessions.model,
+            engine.orchestrator.sessions.model.plan_response,
+        )
+
+        def refusing_plan(context):
+            result = plan(context)
+            texts = [h["text"] for h in context.history] + [t.text for t in context.turns]
+            self.plans.append(texts)
+            if any(len(t) > limit for t in texts):
+                fault = {"fail_after": 0, "status": 400, "stages": ["thinker"]}
+                first = result.params[0]
+                extra = {**first.extra, "scripted": fault}
+                result.params[0] = msgspec.structs.replace(first, extra=extra)
+            return result
+
+        model.plan_response = refusing_plan
+
+
+async def test_a_refused_turn_fails_alone_and_later_turns_work(duplex):
+    """Issue 34 item 3: a turn the stage refuses (too long) is one error and a failed response;
+    it leaves the conversation (``conversation.item.deleted``), so the next turn ("hi") is not
+    refused again for it, and the earlier turns stay."""
+    engine = duplex(section=SECTION)
+    refusing = Refusing(engine)
+    s = await engine.open_session({"turn_detection": None})
+    ask = [("hello", "completed"), ("x" * 500, "failed"), ("hi", "completed")]
+    seen = []
+    for text, status in ask:
+        s.send(P.AppendText(text=text, commit=True))
+        s.send(P.CreateResponse())
+        events = await until(s, of_type(P.RESPONSE_DONE))
+        assert events[-1].data["status"] == status, (text, events[-1].data)
+        seen.append(events)
+    errors = [e for e in seen[1] if e.type == P.ERROR]
+    assert len(errors) == 1 and errors[0].data["code"] == "input_rejected", errors
+    (long_item,) = [e.data["item_id"] for e in seen[1] if e.type == P.INPUT_COMMITTED]
+    deleted = [e.data for e in seen[1] if e.type == P.ITEM_DELETED]
+    assert deleted == [{"item_id": long_item, "reason": "input_rejected"}]
+    assert not any(e.type == P.ERROR for e in seen[2])
+    assert refusing.plans[-1][0] == "hello" and refusing.plans[-1][-1] == "hi"
+    assert all(len(t) <= 100 for t in refusing.plans[-1])
+    await s.close()
+
+
+async def test_cancelled_responses_leave_no_empty_items(duplex):
+    """Issue 34 item 3: a response cancelled before it said anything adds nothing to the
+    history (200 create/cancel pairs filled it with empty replies, pushing real turns out)."""
+    engine = duplex(section=SECTION, thinker="{num_tokens: 6, delay_s: 0.05}")
+    s = await engine.open_session({"turn_detection": None})
+    runner = engine.orchestrator.sessions.sessions[s.id]
+    s.send(P.AppendText(text="keep me", commit=True))
+    for _ in range(6):  # more than max_history_turns (4)
+        s.send(P.CreateResponse())
+        s.send(P.CancelResponse())
+        done = (await until(s, of_type(P.RESPONSE_DONE)))[-1].data
+        assert done["status"] == "cancelled" and done["text"] == "", done
+    assert [(h["role"], h["text"]) for h in runner.history] == [("user", "keep me")]
+    await s.close()

@@ -179,3 +179,40 @@ async def test_exactly_one_terminal_per_session_under_random_disconnects(duplex)
         assert len(created) == len(done)  # every response has exactly one terminal too
     assert engine.session_count() == 0
     assert engine.request_tables() == {"requests": 0, "runs": 0, "bindings": 0}
+
+
+async def test_one_client_reconnecting_holds_at_most_its_cap(duplex):
+    """Issue 34 item 2: each connection without ``session_id`` opens a session that stays
+    (detached) for ``disconnect_grace_s``; one client reconnecting cannot take every slot: past
+    ``max_sessions_per_client`` its next connection gets one retryable error (with when its
+    first detached session expires) and other clients still get sessions."""
+    from fake_socket import FakeSocket
+
+    engine = duplex(
+        section="{model: test-voice, max_sessions: 6, max_sessions_per_client: 2, "
+        "idle_ttl_s: 60, disconnect_grace_s: 30, cleanup_retry_s: 0.05}"
+    )
+    held = []
+    for _ in range(2):
+        ws = FakeSocket(client="10.0.0.7").start(engine)
+        held.append((await ws.recv())["session"]["id"])
+        await ws.stop()  # a disconnect: the session is detached, kept for a resume
+    ws = FakeSocket(client="10.0.0.7").start(engine)
+    refused = await ws.recv()
+    await ws.task
+    assert refused["type"] == "error" and ws.close_code == 1013, refused
+    error = refused["error"]
+    assert error["code"] == "client_session_limit" and error["retryable"], error
+    assert "max_sessions_per_client (2)" in error["message"] and "2 detached" in error["message"]
+    assert 0 < error["retry_after_s"] <= 30 and error["type"] == "rate_limit_error"
+    assert engine.session_count() == 2
+    other = FakeSocket(client="10.0.0.8").start(engine)  # everyone else is served
+    assert (await other.recv())["type"] == "session.created"
+    # the client resumes what it holds (no new session), and in-process sessions are not counted
+    resumed = FakeSocket({"session_id": held[0], "generation": "0"}, client="10.0.0.7")
+    resumed.start(engine)
+    resumed.send({"type": "session.update", "session": {"instructions": "back"}})
+    assert (await resumed.recv())["type"] == "session.updated"
+    assert (await engine.open_session()).id and engine.session_count() == 4
+    await other.stop()
+    await resumed.stop()

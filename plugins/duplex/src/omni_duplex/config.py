@@ -89,6 +89,8 @@ class DuplexSection(BaseModel):
     model: str = "tiny-omni"
     vad: Literal["silero", "energy"] = "silero"  # sessions' server VAD unless they choose one
     max_sessions: int = Field(default=16, ge=1)
+    # sessions one client (peer address) may hold, detached ones included; None: no cap
+    max_sessions_per_client: int | None = Field(default=4, ge=1)
     max_pending_input_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     max_pending_turns: int = Field(default=4, ge=1)
     # the conversation kept for the model: past the limits the oldest items are dropped

@@ -64,14 +64,21 @@ class DuplexOmniEngine(OmniEngineBase):
 
     # --- control ops --------------------------------------------------------------------------
     async def open_session(
-        self, config: dict[str, Any] | None = None, *, timeout: float | None = None
+        self,
+        config: dict[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+        client: str | None = None,
     ) -> DuplexSession:
-        """A new session (``session.created`` is its first event)."""
+        """A new session (``session.created`` is its first event). ``client`` (the peer's
+        address; None: not counted) holds at most ``max_sessions_per_client`` sessions."""
         sid = f"duplex-{uuid.uuid4().hex}"
         stream = RequestStream(sid, asyncio.get_running_loop())
         self.track_stream(sid, stream)
         key = ("duplex", uuid.uuid4().hex)
-        msg = OpenSession(session_id=sid, rpc_key=key, config=dict(config or {}), stream=stream)
+        msg = OpenSession(
+            session_id=sid, rpc_key=key, config=dict(config or {}), stream=stream, client=client
+        )
         try:
             result = await self._control(key, msg, sid, timeout)
         except BaseException:
@@ -136,6 +143,7 @@ class DuplexOmniEngine(OmniEngineBase):
                 result.error_message,
                 retryable=result.error_retryable,
                 session_id=session_id,
+                retry_after_s=result.error_retry_after_s,
             )
         return result
 

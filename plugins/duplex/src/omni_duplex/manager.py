@@ -81,6 +81,7 @@ class SessionManager:
                 error_code=exc.code,
                 error_message=exc.message,
                 error_retryable=exc.retryable,
+                error_retry_after_s=exc.retry_after_s,
             )
         if key is not None:
             self.orch.reply(key, result)
@@ -118,6 +119,8 @@ class SessionManager:
                 f"the server is at its limit of {self.section.max_sessions} sessions",
                 retryable=True,
             )
+        if msg.client is not None:
+            self._check_client(msg.client)
         config = parse_session_config({**self.section.session_defaults, **(msg.config or {})})
         port = self.orch.port
         for stage_id, stage in port.pipeline.stages.items():
@@ -128,6 +131,7 @@ class SessionManager:
                     retryable=True,
                 )
         runner = SessionRunner(self, sid, config, msg.stream)
+        runner.client = msg.client
         self.sessions[sid] = runner
         runner.emit(
             P.SESSION_CREATED, session=runner.config.public(), capabilities=self.capabilities()
@@ -135,6 +139,37 @@ class SessionManager:
         runner.task = self.orch.spawn(runner.run(), name=f"duplex-session-{sid}")
         self.schedule(runner)
         return self._result(runner)
+
+    def _check_client(self, client: str) -> None:
+        """``max_sessions_per_client``: a client (peer address) holds at most that many
+        sessions, detached and closing ones included, so that reconnecting without resuming
+        cannot take every slot. Over it: retryable, with when its first detached one expires."""
+        cap = self.section.max_sessions_per_client
+        held = [r for r in self.sessions.values() if r.client == client]
+        if cap is None or len(held) < cap:
+            return
+        now = time.monotonic()
+        ends = [
+            r.lease.detached_at + r.lease.disconnect_grace_s - now
+            for r in held
+            if r.state == "open" and r.lease.detached_at is not None
+        ]
+        detached = len(ends)
+        retry = max(0.0, min(ends)) if ends else None
+        hint = (
+            f"the first of them expires in {retry:.1f} s (disconnect_grace_s); resume a "
+            "detached session (?session_id=...&generation=N) instead of opening a new one"
+            if retry is not None
+            else "close one first"
+        )
+        logger.info("duplex: refused a session of client %s: it holds %d", client, len(held))
+        raise DuplexError(
+            "client_session_limit",
+            f"this client holds {len(held)} sessions ({detached} detached), the limit of "
+            f"max_sessions_per_client ({cap}); {hint}",
+            retryable=True,
+            retry_after_s=None if retry is None else round(retry, 1),
+        )
 
     def _resume(self, msg: ResumeSession) -> ControlResult:
         runner = self._runner(msg.session_id)

@@ -16,6 +16,7 @@ class OpenSession(DuplexMessage):
     rpc_key: tuple[str, str]
     config: dict[str, Any]
     stream: Any = None
+    client: str | None = None  # who opens it (the peer address): max_sessions_per_client
 
 
 class CloseSession(DuplexMessage):
@@ -47,3 +48,4 @@ class ControlResult(msgspec.Struct, kw_only=True):
     error_code: str = ""
     error_message: str = ""
     error_retryable: bool = False
+    error_retry_after_s: float | None = None

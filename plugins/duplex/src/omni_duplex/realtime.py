@@ -32,9 +32,16 @@ def commands_from_client(event: Any) -> list[P.Command]:
 
 
 def error_event(
-    code: str, message: str, event_id: Any = None, retryable: bool = False
+    code: str,
+    message: str,
+    event_id: Any = None,
+    retryable: bool = False,
+    *,
+    retry_after_s: float | None = None,
 ) -> dict[str, Any]:
-    return {
+    """An ``error`` server event; ``retry_after_s`` (when known): seconds until a retry may
+    succeed, as an HTTP ``Retry-After`` says (an omni-duplex field)."""
+    event: dict[str, Any] = {
         "type": "error",
         "event_id": _event_id(),
         "error": {
@@ -45,6 +52,9 @@ def error_event(
             "retryable": retryable,
         },
     }
+    if retry_after_s is not None:
+        event["error"]["retry_after_s"] = retry_after_s
+    return event
 
 
 def to_server_event(event: P.DuplexEvent) -> dict[str, Any]:

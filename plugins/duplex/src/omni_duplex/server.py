@@ -48,11 +48,14 @@ async def serve_socket(websocket: Any, engine: Any) -> None:
                 query["session_id"], int(query.get("generation", "0"))
             )
         else:
-            session = await engine.open_session()
+            peer = getattr(websocket, "client", None)  # starlette's Address(host, port)
+            session = await engine.open_session(client=getattr(peer, "host", None))
     except (DuplexError, ValueError) as exc:
         code = exc.code if isinstance(exc, DuplexError) else "invalid_argument"
         retry = exc.retryable if isinstance(exc, DuplexError) else False
-        await websocket.send_text(json.dumps(realtime.error_event(code, str(exc), None, retry)))
+        after = exc.retry_after_s if isinstance(exc, DuplexError) else None
+        event = realtime.error_event(code, str(exc), None, retry, retry_after_s=after)
+        await websocket.send_text(json.dumps(event))
         await websocket.close(code=1013 if retry else 1008)
         return
 

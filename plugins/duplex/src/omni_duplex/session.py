@@ -53,6 +53,7 @@ class _Response:
     audio_bytes: int = 0
     done: bool = False
     tools: tools.ResponseTools | None = None  # with session tools (omni_duplex.tools)
+    turns: list[str] = field(default_factory=list)  # the user items it answers
 
 
 class _Sink:
@@ -83,6 +84,7 @@ class SessionRunner:
         self.orch = manager.orch
         self.model = manager.model
         self.id = session_id
+        self.client: str | None = None  # the peer that opened it (max_sessions_per_client)
         self.config = config
         self.stream = stream
         self.state = "open"  # open -> closing -> closed
@@ -297,6 +299,14 @@ class SessionRunner:
             self.history_bytes -= len(old["text"].encode("utf-8", "surrogatepass"))
             self.emit(P.ITEM_DELETED, item_id=old["item_id"], reason="history_limit")
 
+    def _forget(self, item_ids: list[str], reason: str) -> None:
+        """Drop these items from the history (each with a ``conversation.item.deleted``)."""
+        gone = set(item_ids)
+        for item in [h for h in self.history if h["item_id"] in gone]:
+            self.history.remove(item)
+            self.history_bytes -= len(item["text"].encode("utf-8", "surrogatepass"))
+            self.emit(P.ITEM_DELETED, item_id=item["item_id"], reason=reason)
+
     def _truncate(self, cmd: P.TruncateItem) -> None:
         """Keep only what the user heard of an assistant reply: the share of its text spoken in
         ``audio_end_ms`` of its audio (cut at a word boundary); the model never sees the rest."""
@@ -377,6 +387,7 @@ class SessionRunner:
         else:
             plan = self.model.plan_response(context)
         response_tools = await tools.prepare(self, plan)
+        answered = [turn.item_id for turn in self.turns]
         for turn in self.turns:
             audio = turn.audio if self.model.keeps_audio else None
             self._remember("user", turn.item_id, turn.text, audio=audio)
@@ -386,7 +397,7 @@ class SessionRunner:
         resp = _Response(
             _new_id("resp"), f"{self.id}.e{epoch}.r{self._runs}", _new_id("item"), epoch
         )
-        resp.tools = response_tools
+        resp.tools, resp.turns = response_tools, answered
         self.response = resp
         self.emit(P.RESPONSE_CREATED, response_id=resp.id, item_id=resp.item_id)
         try:
@@ -404,11 +415,14 @@ class SessionRunner:
         if resp is None or out.request_id != resp.run_id or resp.epoch != self.epoch:
             return  # a cancelled or finished response's output: dropped
         if out.error is not None:
+            refused = 400 <= out.error.status_code < 500  # the stage refused this input
             self.error(
-                "stage_failed",
+                "input_rejected" if refused else "stage_failed",
                 f"{out.stage_name}: {out.error.message}",
                 retryable=out.error.retryable,
             )
+            if refused:  # it would be refused again in every later turn's conversation
+                self._forget(resp.turns, "input_rejected")
             self._finish(resp, "failed", out.error.type)
             return
         try:
@@ -464,7 +478,9 @@ class SessionRunner:
             audio_ms=audio_ms,
             calls=calls,
         )
-        if text or audio_ms or not calls:
+        # a cancelled or failed response that said nothing leaves no item (no empty replies
+        # filling the history); a completed one is a reply, even empty
+        if text or audio_ms or (status == "completed" and not calls):
             self._remember("assistant", resp.item_id, text, audio_ms=audio_ms)
         tools.remember_calls(self, resp)
         self.lease.touch(time.monotonic())
