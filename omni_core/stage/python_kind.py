@@ -2,9 +2,12 @@
 
 The callable gets ``(prompt, params)`` and returns one whole result, or is a sync/async generator
 yielding results one by one (streaming). A ``str`` result becomes ``text``, a list of ints
-``token_ids``, anything else ``payload``. Sync callables (and a sync generator's iteration) run in
-a worker thread, never on the orchestrator loop; ``async`` callables run on that loop, so they must
-not block it (the loop-lag watchdog warns naming the stage when they do).
+``token_ids``, anything else ``payload``. Each yielded item is emitted as soon as it is yielded
+(the generator is not asked for the next one first); when the generator returns, one empty output
+with ``finished=True`` ends the request (unless the generator yielded a ``StageOutput`` with
+``finished=True`` itself, which ends it there). Sync callables (and a sync generator's
+iteration) run in a worker thread, never on the orchestrator loop; ``async`` callables run on that
+loop, so they must not block it (the loop-lag watchdog warns naming the stage when they do).
 """
 
 from __future__ import annotations
@@ -117,12 +120,16 @@ class PythonStageClient(LocalStageClient):
                     func, request.prompt, request.params, **self._kwargs
                 )
             if inspect.isasyncgen(result):
-                last: StageOutput | None = None
-                async for item in result:
-                    if last is not None:
-                        self.emit(last)
-                    last = _as_output(rid, item)
-                self._finish(rid, last)
+                ended = False
+                try:
+                    async for item in result:
+                        ended = self._deliver(rid, item)
+                        if ended:
+                            break
+                finally:
+                    await result.aclose()
+                if not ended:
+                    self._finish(rid, None)
             elif inspect.isgenerator(result):
                 await self._drain_sync_generator(rid, result)
             else:
@@ -158,7 +165,6 @@ class PythonStageClient(LocalStageClient):
 
         worker = threading.Thread(target=pump, name=f"{self.label}-{rid}", daemon=True)
         worker.start()
-        last: StageOutput | None = None
         try:
             while True:
                 item = await queue.get()
@@ -166,12 +172,20 @@ class PythonStageClient(LocalStageClient):
                     break
                 if isinstance(item, Exception):
                     raise item
-                if last is not None:
-                    self.emit(last)
-                last = _as_output(rid, item)
+                if self._deliver(rid, item):
+                    return
         finally:
             stop.set()
-        self._finish(rid, last)
+        self._finish(rid, None)
+
+    def _deliver(self, rid: str, item: Any) -> bool:
+        """Emit one yielded item at once (it reaches the orchestrator this loop turn, not when
+        the next item is yielded); True when the item itself finished the request."""
+        out = _as_output(rid, item)
+        if out.finished:
+            out.finish_reason = out.finish_reason or "stop"
+        self.emit(out)
+        return out.finished
 
     def _finish(self, rid: str, last: StageOutput | None) -> None:
         out = last or StageOutput(request_id=rid)

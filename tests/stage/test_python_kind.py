@@ -39,6 +39,24 @@ ENGINE_CODE = textwrap.dedent("""
 
     def broken(prompt, params):
         raise ValueError("bad input for this model")
+
+    GATE = threading.Event()  # set by the test once it received the first item
+
+    def first_then_block(prompt, params):
+        yield "first"
+        GATE.wait()
+        yield "second"
+
+    async def first_then_block_async(prompt, params):
+        yield "first"
+        await asyncio.to_thread(GATE.wait)
+        yield "second"
+
+    def already_finished(prompt, params):
+        from omni_core.outputs import StageOutput
+        yield "a"
+        yield StageOutput(request_id="", text="b", finished=True, finish_reason="length")
+        yield "never"
 """)
 
 
@@ -66,13 +84,37 @@ async def test_function_returns_one_whole_result(make_engine, user_module):
 
 async def test_sync_generator_streams(make_engine, user_module):
     outs = await collect(make_engine(pipeline("user_engines.words")), "a b c")
-    assert [o.text for o in outs] == ["a ", "b ", "c "]
-    assert [o.finished for o in outs] == [False, False, True]
+    assert [o.text for o in outs] == ["a ", "b ", "c ", ""]
+    assert [o.finished for o in outs] == [False, False, False, True]
 
 
 async def test_async_generator_with_kwargs_streams_token_ids(make_engine, user_module):
     outs = await collect(make_engine(pipeline("user_engines:ticks", "{count: 4}")), "x")
-    assert [o.token_ids for o in outs] == [[0], [1], [2], [3]]
+    assert [o.token_ids for o in outs] == [[0], [1], [2], [3], []]
+
+
+@pytest.mark.parametrize("func", ["first_then_block", "first_then_block_async"])
+async def test_each_item_is_delivered_as_it_is_yielded(make_engine, user_module, func):
+    """The generator blocks after its first item until the caller has received it: before, the
+    first item was held back until the next one was yielded, so this never got past it."""
+    import user_engines
+
+    user_engines.GATE.clear()
+    gen = make_engine(pipeline(f"user_engines:{func}")).generate("x")
+    first = await asyncio.wait_for(gen.__anext__(), 60)  # a hang guard, not a timing assert
+    assert (first.text, first.finished) == ("first", False)
+    user_engines.GATE.set()
+    rest = [o async for o in gen]
+    assert [(o.text, o.finished) for o in rest] == [("second", False), ("", True)]
+    assert rest[-1].finish_reason == "stop"
+
+
+async def test_a_yielded_finished_output_ends_the_request(make_engine, user_module):
+    outs = await collect(make_engine(pipeline("user_engines:already_finished")), "x")
+    assert [(o.text, o.finished, o.finish_reason) for o in outs] == [
+        ("a", False, None),
+        ("b", True, "length"),
+    ]
 
 
 async def test_exception_is_a_request_scoped_error(make_engine, user_module):
@@ -96,7 +138,7 @@ async def test_abort_cancels_the_callable(make_engine, user_module):
 
 async def test_sync_callables_run_off_the_orchestrator_thread(make_engine, user_module):
     for func in ("user_engines:where", "user_engines:where_each"):
-        [out] = await collect(make_engine(pipeline(func)), "x")
+        out = (await collect(make_engine(pipeline(func)), "x"))[0]
         assert out.text and out.text != "omni-orchestrator", func
 
 
