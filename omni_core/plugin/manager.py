@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.metadata as md
+import inspect
 import logging
 import sys
 import threading
@@ -217,13 +218,14 @@ def _check_api_version(module: Any, where: str) -> None:
             f"{PLUGIN_API_VERSION}; see {DOCS}#rules-of-the-plugin-api)"
         )
     if type(declared) is int and declared in SUPPORTED_API_VERSIONS:
-        if declared < 3 and callable(getattr(module, "omni_admit_request", None)):
+        if declared < 3 and "pipeline" in _arg_names(getattr(module, "omni_admit_request", None)):
             # the one change a v2 impl cannot survive unchanged: its ``pipeline`` argument was a
             # PipelineConfig (``pipeline.stages`` a list of StageConfig); API 3 passes the
-            # PipelineView (``pipeline.config`` is that config) — fail loudly, not mid-request
+            # PipelineView (``pipeline.config`` is that config) — fail loudly, not mid-request.
+            # An impl that does not take ``pipeline`` sees nothing that changed: it loads.
             raise PluginLoadError(
-                f"{where} declares plugin API version {declared} and implements "
-                "omni_admit_request, whose pipeline argument is a PipelineView since API 3 "
+                f"{where} declares plugin API version {declared} and its omni_admit_request "
+                "takes pipeline, which is a PipelineView since API 3 "
                 "(the v2 PipelineConfig is pipeline.config). Migrate the plugin: "
                 f"{DOCS}#migrating-from-api-2-to-api-3"
             )
@@ -253,6 +255,17 @@ def _check_api_version(module: Any, where: str) -> None:
         else:
             message += " (the plugin needs a newer omni-core)"
     raise PluginLoadError(message)
+
+
+def _arg_names(impl: Any) -> frozenset[str]:
+    """The argument names a hook impl takes, as pluggy passes them (by name); none for a
+    non-callable (or one without a signature)."""
+    if not callable(impl):
+        return frozenset()
+    try:
+        return frozenset(inspect.signature(impl).parameters)
+    except (TypeError, ValueError):
+        return frozenset()
 
 
 def _register(pm: OmniPluginManager, plugin: Any, name: str, where: str) -> None:

@@ -54,10 +54,42 @@ def test_a_version_2_admission_hook_fails_to_load_naming_the_migration(
     with pytest.raises(PluginLoadError) as info:
         PluginHost.create(omni_settings)
     message = str(info.value)
-    assert "implements omni_admit_request" in message and "pipeline.config" in message
+    assert "omni_admit_request takes pipeline" in message and "pipeline.config" in message
     assert message.endswith("docs/plugins.md#migrating-from-api-2-to-api-3")
     module.OMNI_PLUGIN_API_VERSION = 3  # type: ignore[attr-defined]
     assert PluginHost.create(omni_settings).pm.get_plugin("old") is module
+
+
+async def test_a_version_2_admission_hook_without_pipeline_loads_and_admits(
+    fake_entry_points, omni_settings, make_engine
+):
+    """Only the ``pipeline`` argument changed meaning: a v2 impl that never takes it loads (it
+    was refused whatever its arguments before) and still decides admissions."""
+    from omni_core import RequestRejected
+
+    module = plugin_declaring(2)
+
+    def omni_admit_request(request_id, prompt):
+        if "forbidden" in str(prompt):
+            raise RequestRejected(403, f"{request_id} refused")
+
+    module.omni_admit_request = hookimpl(omni_admit_request)  # type: ignore[attr-defined]
+    fake_entry_points.add("old", module, distribution="omni-old", version="0.4")
+    with pytest.warns(DeprecationWarning, match="request_id"):
+        host = PluginHost.create(omni_settings)
+    assert host.pm.get_plugin("old") is module
+    engine = make_engine(SCRIPTED, plugins=host)
+    [out] = [o async for o in engine.generate("a forbidden word", request_id="r1")]
+    assert (out.error.status_code, out.error.message) == (403, "r1 refused")
+    outs = [o async for o in engine.generate("fine", request_id="r2")]
+    assert outs[-1].finished and outs[-1].error is None
+
+
+SCRIPTED = """
+name: one
+stages:
+  - {id: 0, name: s, kind: scripted, engine_args: {num_tokens: 2}, final_output: true}
+"""
 
 
 def test_a_version_1_plugin_is_told_what_changed_and_where_to_migrate(
