@@ -271,7 +271,13 @@ def _open_image(raw: bytes, where: str, budget: MediaBudget | None = None) -> An
         raise _too_large(
             where, "the image declares too many pixels", f"{limit} pixels", "OMNI_MAX_IMAGE_PIXELS"
         ) from None
-    except (UnidentifiedImageError, *UNREADABLE) as exc:
+    except UnidentifiedImageError:  # Pillow's message names its BytesIO object, not the input
+        formats = ", ".join(IMAGE_FORMATS)
+        raise RequestError(
+            f"{where}: not a readable image (cannot identify image file: not one of {formats})",
+            param=where,
+        ) from None
+    except UNREADABLE as exc:
         raise RequestError(f"{where}: not a readable image ({exc})", param=where) from None
     width, height = image.size
     if width * height > limit:

@@ -14,6 +14,8 @@ from contextlib import contextmanager
 import typer
 
 from omni_core.cli.app import BAD_INPUT, VALUE_OPTIONS, build_app, report_error
+from omni_core.cli.quiet import quiet_third_party
+from omni_core.cli.suggest import usage_message
 
 # When stdout is not a terminal, rich renders this wide: tables at their natural width, lines
 # never wrapped or cut (a narrow COLUMNS set for a terminal does not apply to a pipe).
@@ -36,12 +38,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     interrupted; see docs/cli.md. Never raises ``SystemExit``.
     """
     args = sys.argv[1:] if argv is None else list(argv)
-    with _unwrapped_when_piped():
+    verbose = _leading_flag(args, "--verbose") or _leading_flag(args, "--debug")
+    with _unwrapped_when_piped(), quiet_third_party(enabled=not verbose):
         return _run(args)
 
 
 def _run(args: list[str]) -> int:
-    debug = "--debug" in args
+    debug = _leading_flag(args, "--debug")  # after the command it is refused, not obeyed
     try:
         app = build_app(debug=debug, trace_hooks=_leading_flag(args, "--trace-hooks"))
         code = app(args=args, prog_name="omni", standalone_mode=False)
@@ -51,7 +54,7 @@ def _run(args: list[str]) -> int:
             return BAD_INPUT
         ctx = getattr(exc, "ctx", None)
         path = ctx.command_path if ctx is not None else "omni"
-        message = exc.format_message()  # type: ignore[attr-defined]
+        message = usage_message(exc)
         print(f"error: {path}: {message} (see '{path} --help')", file=sys.stderr)
         return BAD_INPUT
     except ClickException as exc:

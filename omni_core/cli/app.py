@@ -199,6 +199,14 @@ def build_app(debug: bool = False, trace_hooks: bool = False) -> typer.Typer:
                 help="Print pluggy's trace of every hook call to stderr (OMNI_TRACE_HOOKS=1).",
             ),
         ] = False,
+        verbose: Annotated[
+            bool,
+            typer.Option(
+                "--verbose",
+                help="Show third-party libraries' warnings and progress bars (hidden by default; "
+                "--debug shows them too).",
+            ),
+        ] = False,
     ) -> None:
         state.log_level_chosen = bool(
             debug_flag or level_name or "log_level" in state.settings.model_fields_set

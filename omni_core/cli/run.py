@@ -130,6 +130,7 @@ def register(app: typer.Typer, state: CliState) -> None:
 
         Plugins taking part in PIPELINE may add options (omni run PIPELINE --help lists them).
         """
+        _check_flags(ctx, pipeline)  # a typo of our own options, before the pipeline loads
         if show_help:
             print(ctx.get_help())
             source = ctx.get_parameter_source("pipeline")
@@ -198,19 +199,35 @@ def register(app: typer.Typer, state: CliState) -> None:
         _write_media(outputs, output_dir, sink)
         final = outputs[-1] if outputs else None
         if final is not None and final.error is not None and _refused(final):
-            print(f"error: {final.error.message}", file=sys.stderr)  # a stage refused the input
-            raise typer.Exit(BAD_INPUT)
+            # a stage or a plugin's admission refused the request: exit 2, but a 429 (over a
+            # quota: retry later) is no fault of the input, exit 1
+            print(f"error: {final.error.message}", file=sys.stderr)
+            raise typer.Exit(1 if final.error.status_code == 429 else BAD_INPUT)
         if final is not None and final.finish_reason in ("error", "abort", "timeout"):
             raise typer.Exit(1)
 
+    def _check_flags(ctx: typer.Context, pipeline: str | None) -> None:
+        """Unknown arguments that are typos of ``omni run``'s options (or global options after
+        the command) are a usage error suggesting the fix; a PIPELINE that looks like an option
+        (``omni run --promt hi``) is one too."""
+        from omni_core.cli.suggest import UsageError, check_run_flags, no_such_option_message
+
+        dashed = pipeline is not None and pipeline[:1] == "-" and not is_existing_path(pipeline)
+        tokens = ([pipeline] if dashed and pipeline else []) + list(ctx.args)
+        try:
+            plugin_flags = {f"--{name}" for name in state.host.run_options()}
+        except Exception as exc:
+            raise fail(state, exc) from None
+        own = own_flags(ctx)
+        check_run_flags(tokens, own, plugin_flags, ctx)
+        if dashed and pipeline:
+            raise UsageError(no_such_option_message(pipeline, own, ctx.command_path), ctx)
+
     def _load(pipeline: str | None, runtime: str | None) -> Any:
         """The pipeline's config, ``--runtime`` applied (no stage starts)."""
-        from omni_core.config.resolve import load_pipeline
-
         if pipeline is None:
             pipeline = default_pipeline(state.host)
-        target: Any = Path(pipeline) if is_existing_path(pipeline) else pipeline
-        config = load_pipeline(target, state.host)
+        config = load_named(pipeline, state.host)
         if runtime is not None:
             config = with_runtime(config, runtime, state.host)
         return config
@@ -228,6 +245,24 @@ def default_pipeline(host: Any) -> str:
             [f"omni run: pipelines {', '.join(marked)} are each marked default: name one"]
         )
     return marked[0] if marked else CORE_DEFAULT
+
+
+def load_named(pipeline: str, host: Any) -> Any:
+    """A pipeline file (an existing path wins) or registered name; an unknown name suggests the
+    closest registered ones."""
+    from omni_core.cli.suggest import unknown_pipeline
+    from omni_core.config.resolve import load_pipeline
+    from omni_core.errors import ConfigError
+
+    if is_existing_path(pipeline):
+        return load_pipeline(Path(pipeline), host)
+    try:
+        return load_pipeline(pipeline, host)
+    except ConfigError as exc:
+        registered = host.pipelines()
+        if pipeline in registered:
+            raise
+        raise unknown_pipeline(exc, pipeline, registered) from None
 
 
 def own_flags(ctx: typer.Context) -> set[str]:
@@ -445,7 +480,8 @@ def _summary(outputs: list[OmniRequestOutput]) -> None:
     for out in outputs:
         by_stage.setdefault(out.stage_name, []).append(out)
     for name, outs in by_stage.items():
-        if outs[0].output_type != "text":
+        outs = [o for o in outs if o.error is None]  # an error terminal is no output
+        if outs and outs[0].output_type != "text":
             tokens = sum(len(o.token_ids) for o in outs)
             console.print(
                 f"[{name}] {outs[0].output_type}: {len(outs)} outputs, {tokens} tokens",
@@ -457,6 +493,13 @@ def _summary(outputs: list[OmniRequestOutput]) -> None:
             f"error: {final.error.type}: {final.error.message}", style="red", markup=False
         )
     metrics = final.metrics if final is not None else {}
+    if final is not None and final.error is not None and _refused(final):
+        what = "the request was refused" if not metrics else "a stage refused the request"
+        console.print(f"{what} ({final.error.status_code})", markup=False)
+    if not metrics:  # refused before any stage ran: no timings to show
+        if final is not None:
+            console.print(f"finish_reason: {final.finish_reason}")
+        return
     table = Table("stage", "first output (ms)", "total (ms)", title="per-stage timing")
     stages = list(dict.fromkeys(k.rsplit(".", 1)[0] for k in metrics))
     for stage in stages:

@@ -55,12 +55,16 @@ def describe(options: Options, pipeline_name: str) -> str:
 
 
 def _unknown(token: str, options: Options, pipeline_name: str) -> RequestError:
+    from omni_core.cli.suggest import closest, did_you_mean
+
     what = "no such option" if token.startswith("-") else "unexpected argument"
+    hint = did_you_mean(closest(token.partition("=")[0], options)) if token[:1] == "-" else ""
     known = ", ".join(options) or "none"
     return RequestError(
-        f"{token}: {what} of omni run for pipeline '{pipeline_name}' (its plugins' options: "
-        f"{known}; a plugin's options exist only where it is installed and takes part; "
-        f"omni run {pipeline_name} --help lists every option)"
+        f"{token}: {what} of omni run for pipeline '{pipeline_name}'"
+        + (f". {hint}" if hint else "")
+        + f" (its plugins' options: {known}; a plugin's options exist only where it is installed "
+        f"and takes part; omni run {pipeline_name} --help lists every option)"
     )
 
 

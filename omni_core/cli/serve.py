@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -13,13 +13,29 @@ if TYPE_CHECKING:
 
 
 def register(app: typer.Typer, state: CliState) -> None:
+    defaults = state.settings  # the environment's OMNI_* over the built-in defaults
+
     @app.command("serve")
     def serve(
-        pipeline: Annotated[str, typer.Argument(help="Pipeline file or name.")] = "tiny-omni",
-        host: Annotated[str | None, typer.Option(help="Bind address (OMNI_HOST).")] = None,
-        port: Annotated[
-            int | None, typer.Option(min=1, max=65535, help="Port (OMNI_PORT).")
+        pipeline: Annotated[
+            str | None,
+            typer.Argument(
+                help="Pipeline file or registered name (default: as omni run, the registered "
+                "pipeline a plugin marks as the default, else tiny-omni).",
+                show_default=False,
+            ),
         ] = None,
+        # plain defaults (not Annotated): the help names the settings' values, known only here
+        host: str | None = typer.Option(
+            None, help=f"Bind address (default {defaults.host}; OMNI_HOST).", show_default=False
+        ),
+        port: int | None = typer.Option(
+            None,
+            min=1,
+            max=65535,
+            help=f"Port (default {defaults.port}; OMNI_PORT).",
+            show_default=False,
+        ),
         api_key: Annotated[
             str | None,
             typer.Option(
@@ -63,12 +79,11 @@ def register(app: typer.Typer, state: CliState) -> None:
             logging.getLogger().setLevel(logging.INFO)
         try:
             from omni_core.cli.app import require_extra, require_pipeline_extras
-            from omni_core.config.resolve import is_existing_path, load_pipeline
+            from omni_core.cli.run import default_pipeline, load_named
             from omni_core.errors import ConfigError
 
             require_extra("omni serve", "serve")  # before importing the server
-            target: Any = Path(pipeline) if is_existing_path(pipeline) else pipeline
-            config = load_pipeline(target, state.host)
+            config = load_named(pipeline or default_pipeline(state.host), state.host)
             require_pipeline_extras(config, state.host.stage_kinds())
             from omni_core.serve.server import resolve_api_key, run_server
 

@@ -106,7 +106,11 @@ def test_bad_files_exit_2_naming_flag_and_file_before_any_stage_starts(cli, medi
             "with RIFF id)",
         ),
         (["--audio", str(empty)], f"--audio {empty}: the audio is empty"),
-        (["--image", str(audio)], f"--image {audio}: not a readable image (cannot identify image"),
+        (
+            ["--image", str(audio)],
+            f"--image {audio}: not a readable image (cannot identify image file: not one of PNG, "
+            "JPEG, WEBP, GIF, BMP, TIFF)",  # not Pillow's '<_io.BytesIO object at 0x...>'
+        ),
         (["--raw", "--image", str(image)], f"--image {image}: media need the chat template"),
         (["--voice", ""], "--voice: the voice name is empty"),
     ]
