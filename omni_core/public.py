@@ -26,12 +26,25 @@ This module imports nothing of omni-core: reading the manifest is free.
 from __future__ import annotations
 
 import importlib
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-__all__ = ["TIERS", "Tier", "home_of", "lazy_exports", "names_of", "public_modules", "tier_of"]
+__all__ = [
+    "API2_CORE_NAMES",
+    "API2_MODULES",
+    "TIERS",
+    "Tier",
+    "home_of",
+    "is_api2_path",
+    "lazy_exports",
+    "moved_imports",
+    "names_of",
+    "public_modules",
+    "tier_of",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,6 +234,92 @@ TESTING = Tier(
 TIERS: tuple[Tier, ...] = (EMBEDDERS, HOOK_AUTHORS, EXTENDERS, TESTING)
 """Every public name of omni-core, per audience."""
 
+API2_MODULES: frozenset[str] = frozenset(
+    {
+        "omni_core",
+        "omni_core.views",
+        "omni_core.plugin",
+        "omni_core.plugin.types",
+        "omni_core.errors",
+        "omni_core.outputs",
+        "omni_core.sampling",
+        "omni_core.media",
+        "omni_core.models.tiny",
+        "omni_core.config.pipeline",
+        "omni_core.stage.client",
+        "omni_core.stage.local",
+        "omni_core.stage.inbox",
+        "omni_core.stage.process",
+        "omni_core.stage.worker",
+        "omni_core.kinds.torch_kind",
+        "omni_core.kinds.vllm_session",
+        "omni_core.engine.base",
+        "omni_core.engine.channel",
+        "omni_core.orchestrator.base",
+        "omni_core.messages",
+        "omni_core.testing",
+        "omni_core.testing.fixtures",
+        "omni_core.testing.server",
+        "omni_core.testing.public_api",
+        "omni_core.cli",
+        "omni_core.cli.app",
+        "omni_core.bench.orchestration",
+    }
+)
+"""The modules plugin API 2 documented as public (``omni_core.views.PUBLIC_MODULES`` then): every
+name a plugin imported from one keeps importing, deprecated, until plugin API 4 (the checker
+accepts it with a ``DeprecationWarning`` naming the public module)."""
+
+API2_CORE_NAMES: frozenset[str] = frozenset(
+    {
+        "ENTRY_POINT_GROUP",
+        "PLUGIN_API_VERSION",
+        "PUBLIC_MODULES",
+        "OmniEngineBase",
+        "Orchestrator",
+        "OrchestratorBase",
+        "OrchestratorPort",
+        "PipelineView",
+        "PluginHost",
+        "RequestView",
+        "StageClient",
+        "StageContext",
+        "StageRequest",
+        "StageState",
+        "StageView",
+        "create_plugin_manager",
+        "hookimpl",
+    }
+)
+"""Names ``omni_core`` itself offered under plugin API 2 that moved to another tier's module in
+API 3 (``from omni_core import hookimpl``): deprecated until API 4, like :data:`API2_MODULES`."""
+
+
+def is_api2_path(module: str, name: str) -> bool:
+    """Whether ``from module import name`` was public under plugin API 2 (so it keeps working,
+    deprecated, until API 4) while it is not a public import now."""
+    if module == "omni_core":
+        return name in API2_CORE_NAMES or f"omni_core.{name}" in API2_MODULES
+    if module in _BY_MODULE and module not in ("omni_core.views",):
+        # still a public module: only a submodule that API 2 made public moved
+        return f"{module}.{name}" in API2_MODULES and f"{module}.{name}" not in _BY_MODULE
+    return module in API2_MODULES
+
+
+def moved_imports() -> dict[str, dict[str, list[str]]]:
+    """Every API 2 import path of a public name that API 3 moved: ``{old module: {name: [its
+    public modules]}}`` (the migration guide's table, docs/plugins.md)."""
+    moved: dict[str, dict[str, list[str]]] = {}
+    for name in sorted(API2_CORE_NAMES):
+        moved.setdefault("omni_core", {})[name] = home_of(name)
+    for tier in TIERS:
+        for names in tier.modules.values():
+            for name, defining in names.items():
+                if defining in API2_MODULES and defining not in _BY_MODULE:
+                    moved.setdefault(defining, {})[name] = home_of(name)
+    return {module: dict(sorted(names.items())) for module, names in sorted(moved.items())}
+
+
 _BY_MODULE: Mapping[str, Mapping[str, str]] = MappingProxyType(
     {module: MappingProxyType(dict(names)) for t in TIERS for module, names in t.modules.items()}
 )
@@ -250,19 +349,33 @@ def lazy_exports(
     module: str, namespace: dict[str, Any], also: Mapping[str, str] | None = None
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """PEP 562 ``__getattr__`` and ``__dir__`` for a tier's module: each manifest name of
-    ``module`` (and each of ``also``: ``{name: defining module}``, old names kept importable) is
-    imported from its defining module on first access and cached in ``namespace``."""
-    homes = {**(also or {}), **names_of(module)}
+    ``module`` is imported from its defining module on first access and cached in ``namespace``.
+    Each of ``also`` (``{name: defining module}``: API 2 names kept importable until API 4) is
+    imported the same way with a ``DeprecationWarning`` naming its public module, on every
+    access (not cached, so each importing module is warned)."""
+    public = dict(names_of(module))
+    old = {name: home for name, home in (also or {}).items() if name not in public}
 
     def __getattr__(name: str) -> Any:
-        home = homes.get(name)
+        home = public.get(name)
         if home is None:
-            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+            home = old.get(name)
+            if home is None:
+                raise AttributeError(f"module {module!r} has no attribute {name!r}")
+            homes = home_of(name)
+            instead = f"import it from {' and '.join(homes)}" if homes else "it is not public"
+            warnings.warn(
+                f"'from {module} import {name}' is deprecated since plugin API 3 and goes in API "
+                f"4: {instead} (docs/plugins.md#migrating-from-api-2-to-api-3)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            return getattr(importlib.import_module(home), name)
         value = getattr(importlib.import_module(home), name)
         namespace[name] = value
         return value
 
     def __dir__() -> list[str]:
-        return sorted(set(namespace) | set(homes))
+        return sorted(set(namespace) | set(public) | set(old))
 
     return __getattr__, __dir__

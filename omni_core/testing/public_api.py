@@ -14,6 +14,13 @@
   is not; a private of another library, ``model._from_config``, is not omni-core's business),
   and any ``super()._name`` of a name omni-core defines. Dunder names are allowed.
 
+An import plugin API 2 documented as public (``from omni_core import hookimpl``,
+``omni_core.plugin.types``, ``omni_core.stage.client``, ``omni_core.kinds.torch_kind``, ...:
+:func:`omni_core.public.is_api2_path`) keeps working until plugin API 4: by default
+(``deprecated="warn"``) it is not reported but warned about, one ``DeprecationWarning`` per use
+naming the public module to import it from; ``deprecated="error"`` reports it like any other
+non-public import (omni-core's own plugins are checked so).
+
 Plugin authors can run it on their own package in a test::
 
     from omni_core.testing.public_api import public_api_violations
@@ -27,20 +34,31 @@ from __future__ import annotations
 import ast
 import functools
 import re
+import warnings
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Literal
 
 import omni_core
-from omni_core.public import home_of, names_of, public_modules
+from omni_core.public import home_of, is_api2_path, names_of, public_modules
 
 CORE = "omni_core"
 _MODULE_PATH = re.compile(r"omni_core(\.[a-z_]\w*)+$")
 
 
-def public_api_violations(root: Path, *, core_names: Iterable[str] | None = None) -> list[str]:
+def public_api_violations(
+    root: Path,
+    *,
+    core_names: Iterable[str] | None = None,
+    deprecated: Literal["warn", "error"] = "warn",
+) -> list[str]:
     """``"path:line: what"`` for every use of a non-public part of omni-core under ``root`` (a
     package directory, or a ``src`` directory holding packages), sorted by path and line.
-    ``core_names``: the names public in ``omni_core`` itself (default: ``omni_core.__all__``)."""
+    ``core_names``: the names public in ``omni_core`` itself (default: ``omni_core.__all__``).
+    ``deprecated``: an import path plugin API 2 made public is a ``DeprecationWarning``
+    (``"warn"``, the default: not in the list) or a violation like the others (``"error"``)."""
+    if deprecated not in ("warn", "error"):
+        raise ValueError(f"deprecated must be 'warn' or 'error', not {deprecated!r}")
     files = sorted(p for p in Path(root).rglob("*.py") if p.is_file())
     trees = {path: ast.parse(path.read_text(encoding="utf-8"), str(path)) for path in files}
     own: set[str] = set()
@@ -52,7 +70,17 @@ def public_api_violations(root: Path, *, core_names: Iterable[str] | None = None
     for path, tree in trees.items():
         where = path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
         problems = sorted(_check(tree, core_private, own, public_names), key=lambda p: p[0])
-        found.extend(f"{where}:{line}: {what}" for line, what in problems)
+        for line, what, old in problems:
+            if old and deprecated == "warn":
+                warnings.warn(
+                    f"{where}:{line}: {what.replace(' (not public)', '')}: an API 2 import path, "
+                    "deprecated, removed in plugin API 4 (docs/plugins.md#migrating-from-api-2-"
+                    "to-api-3)",
+                    DeprecationWarning,
+                    stacklevel=2,
+                )
+            else:
+                found.append(f"{where}:{line}: {what}")
     return found
 
 
@@ -93,28 +121,32 @@ def _defined_names(tree: ast.AST) -> set[str]:
 
 def _check(
     tree: ast.AST, core_private: frozenset[str], own: set[str], public_names: set[str]
-) -> Iterable[tuple[int, str]]:
+) -> Iterable[tuple[int, str, bool]]:
+    """``(line, what, an API 2 path)`` per problem."""
     modules = public_modules()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if _is_core(alias.name) and alias.name not in modules:
-                    yield node.lineno, f"imports non-public module {alias.name}"
+                    parent, _, last = alias.name.rpartition(".")
+                    old = is_api2_path(parent, last)
+                    yield node.lineno, f"imports non-public module {alias.name}", old
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and _is_core(node.module):
             module = node.module or ""
             for alias in node.names:
                 name = alias.name
                 if name.startswith("_"):
-                    yield node.lineno, f"imports private name {name} from {module}"
+                    yield node.lineno, f"imports private name {name} from {module}", False
                     continue
                 public = public_names if module == CORE else names_of(module)
                 if name in public or f"{module}.{name}" in modules:
                     continue
+                old = is_api2_path(module, name)
                 if module == CORE or module in modules:
-                    yield node.lineno, f"imports {name} from {module} (not public){_hint(name)}"
+                    what = f"imports {name} from {module} (not public){_hint(name)}"
                 else:
-                    where = f"non-public module {module}"
-                    yield node.lineno, f"imports {name} from {where}{_hint(name)}"
+                    what = f"imports {name} from non-public module {module}{_hint(name)}"
+                yield node.lineno, what, old
         elif (
             isinstance(node, ast.Call)
             and node.args
@@ -124,12 +156,14 @@ def _check(
             and node.args[0].value not in modules
         ):
             # resources.files("omni_core.pipelines"), import_module("omni_core.x"), find_spec(...)
-            yield node.lineno, f"reads omni-core module {node.args[0].value} by name"
+            yield node.lineno, f"reads omni-core module {node.args[0].value} by name", False
         elif isinstance(node, ast.Attribute) and node.attr in core_private:
             if _is_super_call(node.value):
-                yield node.lineno, f"uses super().{node.attr} (an omni-core base's private member)"
+                what = f"uses super().{node.attr} (an omni-core base's private member)"
+                yield node.lineno, what, False
             elif node.attr not in own:
-                yield node.lineno, f"uses private attribute .{node.attr} of an omni-core object"
+                what = f"uses private attribute .{node.attr} of an omni-core object"
+                yield node.lineno, what, False
 
 
 def _hint(name: str) -> str:

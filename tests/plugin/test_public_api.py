@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from omni_core.public import TIERS, names_of, public_modules
+from omni_core.public import TIERS, moved_imports, names_of, public_modules
 from omni_core.testing.public_api import public_api_violations
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,7 +34,11 @@ def test_every_plugin_source_tree_is_checked():
 @pytest.mark.parametrize("src", SOURCES, ids=lambda p: p.parent.name)
 def test_first_party_plugins_use_only_the_public_api(src: Path):
     pending = PENDING.get(src.parent.name, set())
-    found = [v for v in public_api_violations(src) if v.rsplit(" ", 1)[-1] not in pending]
+    found = [
+        v
+        for v in public_api_violations(src, deprecated="error")
+        if v.rsplit(" ", 1)[-1] not in pending
+    ]
     assert found == []
 
 
@@ -114,7 +118,7 @@ def test_an_old_import_path_still_imports_but_the_check_names_the_public_one(tmp
         "from omni_core.kinds.torch_kind import TorchStageEngine\n"
         "from omni_core.plugin import create_engine\n"
     )
-    assert public_api_violations(tmp_path) == [
+    assert public_api_violations(tmp_path, deprecated="error") == [
         "mine/old.py:1: imports hookimpl from omni_core (not public): public in omni_core.plugin",
         "mine/old.py:2: imports RequestView from non-public module omni_core.views: public in "
         "omni_core.plugin",
@@ -123,6 +127,74 @@ def test_an_old_import_path_still_imports_but_the_check_names_the_public_one(tmp
         "mine/old.py:4: imports create_engine from omni_core.plugin (not public): public in "
         "omni_core",
     ]
+    # by default the API 2 paths (1-3) are accepted until API 4, each with a warning; 4 never
+    # was a public path
+    with pytest.warns(DeprecationWarning) as warned:
+        found = public_api_violations(tmp_path)
+    assert found == [
+        "mine/old.py:4: imports create_engine from omni_core.plugin (not public): public in "
+        "omni_core",
+    ]
+    assert [str(w.message).split(": an API 2")[0] for w in warned] == [
+        "mine/old.py:1: imports hookimpl from omni_core: public in omni_core.plugin",
+        "mine/old.py:2: imports RequestView from non-public module omni_core.views: public in "
+        "omni_core.plugin",
+        "mine/old.py:3: imports TorchStageEngine from non-public module "
+        "omni_core.kinds.torch_kind: public in omni_core.extend",
+    ]
+
+
+def api2_imports() -> list[str]:
+    """An import line for every API 2 path of a name API 3 moved (the migration guide's rows)."""
+    return [
+        f"from {module} import {name}"
+        for module, names in moved_imports().items()
+        for name in names
+    ]
+
+
+def test_every_api2_import_still_imports_and_passes_the_check_with_a_warning(tmp_path: Path):
+    lines = api2_imports()
+    assert len(lines) >= 14 and "from omni_core.kinds.torch_kind import stage_model" in lines
+    assert "from omni_core.plugin.types import StageKind" in lines
+    assert "from omni_core.stage.client import StageContext" in lines
+    package = tmp_path / "old"
+    package.mkdir()
+    (package / "plugin.py").write_text(
+        "\n".join([*lines, "import omni_core.plugin.types", "from omni_core.plugin import types"])
+        + "\n"
+    )
+    with pytest.warns(DeprecationWarning) as warned:
+        assert public_api_violations(tmp_path) == []
+    assert len(warned) == len(lines) + 2
+    assert len(public_api_violations(tmp_path, deprecated="error")) == len(lines) + 2
+    with pytest.warns(DeprecationWarning):  # the root's moved names warn when imported
+        for line in lines:
+            exec(line, {})
+
+
+def test_a_moved_root_name_warns_naming_its_public_module():
+    with pytest.warns(
+        DeprecationWarning, match=r"import hookimpl'.*import it from omni_core\.plugin"
+    ):
+        from omni_core import hookimpl  # noqa: F401
+
+
+def migration_rows() -> list[str]:
+    """The rows of the migration guide's import table: an API 2 module, the names it gave that
+    moved to one public module, and that module."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for module, names in moved_imports().items():
+        for name, homes in names.items():
+            home = " and ".join(f"`{h}`" for h in homes) or "not public"
+            groups.setdefault((module, home), []).append(f"`{name}`")
+    return [f"| `{m}` | {', '.join(names)} | {home} |" for (m, home), names in groups.items()]
+
+
+def test_the_migration_guide_lists_every_moved_import():
+    text = (ROOT / "docs" / "plugins.md").read_text()
+    guide = text.split("## Migrating from API 2 to API 3", 1)[1]
+    assert [row for row in migration_rows() if row not in guide] == []
 
 
 def test_root_all_is_the_embedders_tier():
