@@ -376,6 +376,7 @@ def create_app(
             raise ApiError(400, f"model '{model_id}' does not produce text", param="model")
         check_as_vllm(body)
         prompts = body.prompts()
+        admission.check_fits(len(prompts), "prompt")
         chars = sum(len(p) for p in prompts if isinstance(p, str))
         check_prompt_chars(chars, settings.max_prompt_chars, "prompt")
 

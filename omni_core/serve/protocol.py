@@ -47,6 +47,9 @@ UNSUPPORTED = {
         for name in ("json", "regex", "choice", "grammar", "decoding_backend", "whitespace_pattern")
     },
 }
+# ``vllm_xargs`` keys vLLM's engine reads as objects of its KV / encoder-cache connectors (which
+# omni-core does not configure): any value there failed inside vLLM (an AttributeError, a 500).
+TRANSFER_XARGS = frozenset({"kv_transfer_params", "ec_transfer_params"})
 # Fields OpenAI clients may send that do not change the result: accepted and ignored.
 IGNORED = ("user", "metadata", "store", "service_tier")
 
@@ -292,6 +295,15 @@ class _Sampling(_Body):
                 "'priority': this server does not use priority scheduling (only 0 is allowed)",
                 param="priority",
             )
+        taken = sorted(TRANSFER_XARGS & set(self.vllm_xargs or ()))
+        if taken:
+            raise ApiError(
+                400,
+                f"'vllm_xargs.{taken[0]}': vLLM reads it for KV/encoder-cache transfer between "
+                "servers (disaggregated prefill, a KV connector), which omni-core's vllm stages "
+                "do not run; it cannot be set",
+                param="vllm_xargs",
+            )
         return self
 
 
@@ -384,12 +396,29 @@ class CompletionRequest(_Sampling):
     @field_validator("prompt", mode="before")
     @classmethod
     def _not_empty(cls, prompt: Any) -> Any:
+        """No empty prompt; a list is all strings, all token ids or all token-id lists, as its
+        first element says: a 400 naming the first element that is not (pydantic's union
+        would name ``prompt[0]`` of some other member)."""
         if prompt in ("", []):
             raise ApiError(400, "'prompt' must not be empty", param="prompt")
-        if isinstance(prompt, list) and prompt and isinstance(prompt[0], str | list):
+        if not isinstance(prompt, list):
+            return prompt
+        if isinstance(prompt[0], str | list):
             for i, one in enumerate(prompt):
                 if one in ("", []):
                     raise ApiError(400, f"'prompt[{i}]' must not be empty", param="prompt")
+                if isinstance(one, list) and isinstance(prompt[0], list):
+                    _token_ids(one, f"prompt[{i}]")
+                elif not isinstance(one, type(prompt[0])):
+                    what = "a string" if isinstance(prompt[0], str) else "a list of token ids"
+                    raise ApiError(
+                        400,
+                        f"'prompt[{i}]': expected {what}, as 'prompt[0]' is (a list of prompts "
+                        f"holds strings or token-id lists, not both; got {type(one).__name__})",
+                        param="prompt",
+                    )
+        else:
+            _token_ids(prompt, "prompt")
         return prompt
 
     def prompts(self) -> list[str | list[int]]:
@@ -434,6 +463,16 @@ class ImageRequest(_Body):
         if image:
             out[IMAGE_OPTIONS] = {**_mapping(out.get(IMAGE_OPTIONS)), **image}
         return out
+
+
+def _token_ids(ids: list[Any], where: str) -> None:
+    for j, token in enumerate(ids):
+        if not isinstance(token, int) or isinstance(token, bool):
+            raise ApiError(
+                400,
+                f"'{where}[{j}]': expected a token id (an integer), got {type(token).__name__}",
+                param="prompt",
+            )
 
 
 def _mapping(value: Any) -> dict[str, Any]:

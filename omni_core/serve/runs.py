@@ -49,6 +49,19 @@ class Admission:
     def leave(self) -> None:
         self.inflight -= 1
 
+    def check_fits(self, runs: int, param: str) -> None:
+        """A request of ``runs`` runs (one per prompt) that could never be admitted, even on an
+        idle server: a 400 naming the field and the limit, not a 429 a client would retry."""
+        if runs > self.limit:
+            raise ApiError(
+                400,
+                f"'{param}': {runs} prompts; each runs as one request and this server runs at "
+                f"most {self.limit} at once (--max-inflight, OMNI_MAX_INFLIGHT): send at most "
+                f"{self.limit} per request",
+                param=param,
+                code="too_many_prompts",
+            )
+
 
 class ClientGone(Exception):
     """The client disconnected before its (whole) response: nothing left to answer."""
@@ -99,11 +112,17 @@ class Run:
             yield out
 
     async def sse(self, chunks: AsyncIterator[str]) -> AsyncGenerator[str, None]:
+        """The chunks; an error after the 200 is an error event, and the stream still ends with
+        ``data: [DONE]`` (vLLM's server does the same), a bug's included (logged, a 500 event)."""
         try:
             async for chunk in chunks:
                 yield chunk
         except ApiError as exc:
-            yield streams.error_event(exc)
+            yield streams.error_event(exc) + "data: [DONE]\n\n"
+        except Exception as exc:
+            logger.exception("%s: the stream failed", self.request.url.path)
+            error = ApiError(500, f"{type(exc).__name__}: {exc}", "server_error")
+            yield streams.error_event(error) + "data: [DONE]\n\n"
         finally:
             await self.close()
 

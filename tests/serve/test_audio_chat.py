@@ -204,11 +204,12 @@ def test_unknown_voice_is_the_speaking_stages_400_and_the_engine_stays_up(server
 def test_unknown_voice_streamed_is_an_error_event_unless_refused_at_admission(server, client):
     body = {"modalities": ["text", "audio"], "audio": {"voice": "Nobody"}, "stream": True}
     # the speaking stage sees the voice after the text stage's first output went out: the
-    # stream is a 200 whose last event is the error
+    # stream is a 200 whose last event before [DONE] is the error
     r = post(server, body)
     assert r.status_code == 200
     events = [line for line in r.text.splitlines() if line.startswith("data: ")]
-    assert "unknown voice 'Nobody'" in events[-1] and '"error"' in events[-1]
+    assert "unknown voice 'Nobody'" in events[-2] and '"error"' in events[-2]
+    assert events[-1] == "data: [DONE]"
     # a plugin that checks voices in omni_admit_request makes it a 400 before the 200
     KIT.admit = True
     r = post(server, body)
