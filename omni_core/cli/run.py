@@ -14,6 +14,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from omni_core.cli import run_options
+from omni_core.cli.progress import StartupStatus, held_logs
 from omni_core.config.resolve import is_existing_path, resolve_pipeline
 from omni_core.errors import RequestError
 from omni_core.outputs import OmniRequestOutput
@@ -172,11 +173,13 @@ def register(app: typer.Typer, state: CliState) -> None:
             if voice is not None:
                 extra["voice"] = voice
             prompt: Any = prompt_text
-            if not raw:  # rendered now: a prompt the first stage cannot take starts no stage
-                prompt = render(resolved, state.settings, prompt_text, system, media)  # + chat
-            elif system:
+            if raw and system:
                 raise RequestError("--system needs the chat template (drop --raw)")
-            engine = create_engine(config, settings=state.settings, plugins=state.host)
+            # models build and stages start: a status line says which and for how long
+            with StartupStatus(f"omni run {config.name}"):
+                if not raw:  # rendered now: a prompt the first stage cannot take starts no stage
+                    prompt = render(resolved, state.settings, prompt_text, system, media)
+                engine = create_engine(config, settings=state.settings, plugins=state.host)
         except Exception as exc:
             raise fail(state, exc) from None
         try:
@@ -188,7 +191,8 @@ def register(app: typer.Typer, state: CliState) -> None:
                 )
             sink = WavSink(output_dir)
             try:
-                outputs = asyncio.run(_stream(engine, prompt, params, modality, sink))
+                with held_logs():  # no log line in the middle of the streamed answer
+                    outputs = asyncio.run(_stream(engine, prompt, params, modality, sink))
             finally:
                 sink.close()
         except Exception as exc:

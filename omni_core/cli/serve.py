@@ -79,6 +79,7 @@ def register(app: typer.Typer, state: CliState) -> None:
             logging.getLogger().setLevel(logging.INFO)
         try:
             from omni_core.cli.app import require_extra, require_pipeline_extras
+            from omni_core.cli.progress import StartupStatus
             from omni_core.cli.run import default_pipeline, load_named
             from omni_core.errors import ConfigError
 
@@ -107,16 +108,20 @@ def register(app: typer.Typer, state: CliState) -> None:
                 )
                 return
 
-            run_server(
-                config,
-                settings=settings,
-                plugins=state.host,
-                host=host or settings.host,
-                port=port if port is not None else settings.port,
-                api_key=resolve_api_key(api_key, api_key_file, settings),
-                public_metrics=public_metrics or settings.public_metrics,
-                max_inflight=max_inflight if max_inflight is not None else settings.max_inflight,
-                grace_s=grace_s if grace_s is not None else settings.grace_s,
-            )
+            replicas_in_all = sum(stage.replicas for stage in config.stages)
+            with StartupStatus(f"omni serve {config.name}", until=replicas_in_all):
+                run_server(
+                    config,
+                    settings=settings,
+                    plugins=state.host,
+                    host=host or settings.host,
+                    port=port if port is not None else settings.port,
+                    api_key=resolve_api_key(api_key, api_key_file, settings),
+                    public_metrics=public_metrics or settings.public_metrics,
+                    max_inflight=max_inflight
+                    if max_inflight is not None
+                    else settings.max_inflight,
+                    grace_s=grace_s if grace_s is not None else settings.grace_s,
+                )
         except Exception as exc:
             raise fail(state, exc) from None

@@ -17,6 +17,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from omni_core import progress
 from omni_core.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -73,11 +74,13 @@ def build_into(spec: ModelSpec, target: Path) -> Path:
         shutil.rmtree(staging)
     staging.mkdir()
     logger.info("building model %s in %s", spec.name, target)
+    progress.report("model", f"model {spec.name}", f"building in {target}")
     try:
         spec.build(staging)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    progress.report("model", f"model {spec.name}", "built", done=True)
     (staging / ".complete").write_text("ok\n")
     if target.exists():
         shutil.rmtree(target)

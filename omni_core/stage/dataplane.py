@@ -96,8 +96,8 @@ def reclaim_segments(directory: str | None = None) -> list[str]:
             logger.warning("cannot remove leftover shared-memory segment %s: %s", name, exc)
             continue
         removed.append(name)
-    if removed:
-        logger.warning(
+    if removed:  # routine after a killed run: not worth a warning on an ordinary start
+        logger.debug(
             "removed %d shared-memory segment(s) of dead processes from %s", len(removed), directory
         )
     return removed

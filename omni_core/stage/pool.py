@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from omni_core import progress
 from omni_core.errors import StartupError
 from omni_core.stage.client import StageClient, StageContext
 
@@ -38,12 +39,14 @@ class StagePool:
 
     async def start_replica(self, replica: int) -> StageClient:
         label = f"stage '{self.stage.name}' (id {self.stage.id}) replica {replica}"
+        progress.report("stage", label, f"starting ({self.stage.config.kind})")
         try:
             client = self.new_client(replica)
             await client.start()
         except Exception as exc:
             self.errors[replica] = f"{label} failed to start: {type(exc).__name__}: {exc}"
             raise StartupError(self.errors[replica]) from exc
+        progress.report("stage", label, "started", done=True)
         self.clients[replica] = client
         self.errors[replica] = None
         return client

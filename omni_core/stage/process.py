@@ -28,6 +28,7 @@ from typing import Any
 
 import msgspec
 
+from omni_core import progress
 from omni_core.errors import EngineDeadError, StartupError
 from omni_core.outputs import StageOutput
 from omni_core.stage.client import StageRequest
@@ -134,6 +135,12 @@ class ProcessStageClient(LocalStageClient):
         child.close()
         if log is not None:
             log.close()
+        progress.report(
+            "stage",
+            self.label,
+            f"loading in its worker process (pid {self.proc.pid})",
+            log_path=self.log_path,
+        )
         loop = asyncio.get_running_loop()
         self._transport, _ = await loop.create_connection(lambda: _FrameReader(self), sock=parent)
         for module in self._preload:  # payload types, imported while the worker starts

@@ -1,0 +1,173 @@
+"""What ``omni run`` / ``omni serve`` show while a person waits for models and stages to start.
+
+:class:`StartupStatus` listens to the engine's start-up steps (:mod:`omni_core.progress`) and
+shows the current one with the seconds it has taken: on a terminal a transient spinner line on
+stderr (refreshed every half second, gone before the answer streams); elsewhere (a pipe, a log)
+a plain line on stderr once the wait has lasted :attr:`StartupStatus.quiet_s`, then at every new
+step and at least every :attr:`StartupStatus.every_s` seconds. A step with a log (a stage's
+worker process) shows that log's last line: what the worker is doing now.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from omni_core.progress import ProgressEvent, watch_progress
+
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+LINE_CHARS = 100  # a log line is cut to this many characters
+
+
+def last_line(path: Path | None, limit: int = 8192) -> str:
+    """The last non-empty line of ``path`` (its final ``limit`` bytes read), without ANSI
+    codes, cut to :data:`LINE_CHARS`; empty when there is none."""
+    if path is None:
+        return ""
+    try:
+        with open(path, "rb") as file:
+            file.seek(0, 2)
+            size = file.tell()
+            file.seek(max(0, size - limit))
+            text = file.read().decode(errors="replace")
+    except OSError:
+        return ""
+    for line in reversed(text.replace("\r", "\n").splitlines()):
+        line = ANSI.sub("", line).strip()
+        if line:
+            return line if len(line) <= LINE_CHARS else line[: LINE_CHARS - 1] + "…"
+    return ""
+
+
+class StartupStatus:
+    """A status line on stderr while ``title`` (e.g. ``omni run tiny-omni``) starts.
+
+    ``until``: the number of stage replicas whose start ends the wait (``omni serve``: every
+    replica of the pipeline; None: the block's end)."""
+
+    quiet_s = 1.0  # plain mode: nothing before the wait lasts this long (a fast start is silent)
+    every_s = 5.0  # plain mode: at least one line this often
+    tick_s = 0.25
+
+    def __init__(self, title: str, *, until: int | None = None, console: Console | None = None):
+        self.title = title
+        self.until = until
+        self.console = console or Console(stderr=True)
+        self.started = time.monotonic()
+        self.what = "loading the pipeline"
+        self.detail = ""
+        self.log_path: Path | None = None
+        self.replicas_started = 0
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._status: Any = None
+        self._watch: Any = None
+        self._printed: str | None = None
+        self._last_print = 0.0
+
+    # --- listener -------------------------------------------------------------------------------
+    def on_event(self, event: ProgressEvent) -> None:
+        with self._lock:
+            if event.what != self.what:
+                self.what, self.log_path = event.what, None
+            self.detail = event.detail
+            if event.log_path is not None:
+                self.log_path = event.log_path
+            if event.done:
+                self.log_path = None
+                if event.step == "stage":
+                    self.replicas_started += 1
+                    if self.until is not None and self.replicas_started >= self.until:
+                        self._done.set()
+
+    def state(self) -> tuple[str, str, float]:
+        """(current step, its log's last line, seconds since the wait began)."""
+        with self._lock:
+            step = f"{self.what}: {self.detail}" if self.detail else self.what
+            log_path = self.log_path
+        return step, last_line(log_path), time.monotonic() - self.started
+
+    def line(self) -> str:
+        """The status text now: title, current step (with its log's last line), elapsed."""
+        step, tail, elapsed = self.state()
+        return f"{self.title}: {step}" + (f" | {tail}" if tail else "") + f" ({elapsed:.0f}s)"
+
+    # --- display --------------------------------------------------------------------------------
+    def __enter__(self) -> StartupStatus:
+        self._watch = watch_progress(self.on_event)
+        self._watch.__enter__()
+        if self.console.is_terminal:
+            self._status = self.console.status(self.line(), spinner="dots")
+            self._status.start()
+        self._thread = threading.Thread(target=self._tick, name="omni-startup-status", daemon=True)
+        self._thread.start()
+        return self
+
+    def _tick(self) -> None:
+        while not self._done.wait(self.tick_s):
+            text = self.line()
+            if self._status is not None:
+                self._status.update(text)
+                continue
+            now = time.monotonic()
+            if now - self.started < self.quiet_s:
+                continue
+            step = self.state()[0]
+            if step != self._printed or now - self._last_print >= self.every_s:
+                print(text, file=sys.stderr, flush=True)
+                self._printed, self._last_print = step, now
+        self._stop_display()
+
+    def _stop_display(self) -> None:
+        if self._status is not None:
+            self._status.stop()
+            self._status = None
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._stop_display()
+        if self._watch is not None:
+            self._watch.__exit__(None, None, None)
+
+
+@contextmanager
+def held_logs() -> Iterator[None]:
+    """Log records emitted while the block runs (an answer streams) are held and handed to the
+    root logger's handlers after it, so that no warning lands in the middle of the answer."""
+    root = logging.getLogger()
+    handlers = list(root.handlers)
+    if not handlers:
+        yield
+        return
+    held: list[logging.LogRecord] = []
+
+    class Hold(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            held.append(record)
+
+    hold = Hold()
+    for handler in handlers:
+        root.removeHandler(handler)
+    root.addHandler(hold)
+    try:
+        yield
+    finally:
+        root.removeHandler(hold)
+        for handler in handlers:
+            root.addHandler(handler)
+        for record in held:
+            for handler in handlers:
+                if record.levelno >= handler.level:
+                    handler.handle(record)
