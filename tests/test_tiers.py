@@ -91,11 +91,13 @@ def test_a_required_missing_extra_is_an_error_naming_its_variable(suite, monkeyp
 
 
 def test_the_real_markers_are_registered():
-    assert set(optional.TIERS) == {"engine", "ray", "slow"}
-    assert {optional.TIERS[m].env for m in ("engine", "ray")} == {
+    assert set(optional.TIERS) == {"engine", "ray", "browser", "slow"}
+    assert {optional.TIERS[m].env for m in ("engine", "ray", "browser")} == {
         "OMNI_REQUIRE_VLLM",
         "OMNI_REQUIRE_RAY",
+        "OMNI_REQUIRE_BROWSER",
     }
+    assert optional.TIERS["browser"].binary == "chromium"
     assert optional.TIERS["slow"].module is None  # no extra: never skipped, never required
     assert optional.FAST == "not engine and not ray and not slow"
 
@@ -175,3 +177,21 @@ def test_slow_tests_are_marked_by_path_and_left_out_of_the_fast_tier(suite):
     result = run(suite, "-m", "slow", "--ignore=heavy", "-v")  # no extra: never skipped
     result.assert_outcomes(passed=1, deselected=3)
     result.stdout.fnmatch_lines(["*test_slow.py::test_costly PASSED*"])
+
+
+def test_a_tier_needing_a_program_skips_without_it_unless_required(suite, monkeypatch):
+    (suite.path / "test_site.py").write_text(
+        "import pytest\n\n@pytest.mark.browser\ndef test_pages():\n    pass\n"
+    )
+    tiers = dict(optional.TIERS)
+    tiers["browser"] = optional.Tier("B", None, "OMNI_T_REQUIRE_B", "apt it", binary="no-such-b")
+    monkeypatch.setattr(optional, "TIERS", tiers)
+    result = run(suite, "-m", "browser", "--ignore=heavy", "-rs")
+    result.assert_outcomes(skipped=1, deselected=3)
+    result.stdout.fnmatch_lines(["*no-such-b not installed (apt it)*"])
+    monkeypatch.setenv("OMNI_T_REQUIRE_B", "1")
+    result = run(suite, "-m", "browser", "--ignore=heavy")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*OMNI_T_REQUIRE_B=1 but no-such-b is not installed (apt it)*"])
+    tiers["browser"] = optional.Tier("B", None, "OMNI_T_REQUIRE_B", "apt it", binary="sh")
+    run(suite, "-m", "browser", "--ignore=heavy").assert_outcomes(passed=1, deselected=3)
