@@ -145,6 +145,57 @@ async def converse(
     return timeline
 
 
+class NoSpeechHeard(DuplexError):
+    """The session's voice detector heard no speech in the input: there is nothing to reply to.
+    ``reply`` (empty) and ``timeline`` were written all the same."""
+
+    def __init__(self, message: str, reply: Path, timeline: Path) -> None:
+        super().__init__("no_speech", message)
+        self.reply, self.timeline = reply, timeline
+
+
+def heard_speech(timeline: list[dict[str, Any]]) -> bool:
+    """Whether the server's VAD reported speech anywhere in the conversation."""
+    return any(e["event"].get("type") == "input_audio_buffer.speech_started" for e in timeline)
+
+
+def session_vad(timeline: list[dict[str, Any]]) -> str | None:
+    """The VAD the session ran (its last ``session.created``/``session.updated``), if it says."""
+    vad = None
+    for entry in timeline:
+        event = entry["event"]
+        if event.get("type") not in ("session.created", "session.updated"):
+            continue
+        session = event.get("session") or {}
+        for detection in (
+            session.get("turn_detection"),
+            ((session.get("audio") or {}).get("input") or {}).get("turn_detection"),
+        ):
+            if isinstance(detection, dict) and detection.get("vad"):
+                vad = str(detection["vad"])
+    return vad
+
+
+def check_heard(wav: str | Path, timeline: list[dict[str, Any]], reply: Path, path: Path) -> None:
+    """Raise :class:`NoSpeechHeard` (naming the file and the VAD, suggesting ``--vad energy``)
+    when the VAD heard no speech: an empty reply is not a conversation."""
+    if heard_speech(timeline):
+        return
+    vad = session_vad(timeline)
+    hint = (
+        ""
+        if vad == "energy"
+        else "; if the recording has speech the detector misses (quiet, noisy, synthetic), try "
+        "--vad energy (any loud sound counts)"
+    )
+    raise NoSpeechHeard(
+        f"{wav}: the voice detector{f' ({vad})' if vad else ''} heard no speech in it, so there "
+        f"is no reply (the empty {reply} and {path} were written){hint}",
+        reply,
+        path,
+    )
+
+
 def save(timeline: list[dict[str, Any]], out_dir: Path) -> tuple[Path, Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     pcm = b"".join(
@@ -175,7 +226,8 @@ async def talk(
     session: dict[str, Any] | None = None,
 ) -> tuple[Path, Path]:
     """Run one conversation; returns (reply.wav, timeline.jsonl). ``session``: a Realtime
-    ``session`` object sent as ``session.update`` before the audio."""
+    ``session`` object sent as ``session.update`` before the audio. Raises
+    :class:`NoSpeechHeard` (after writing both) when the VAD heard no speech."""
     pcm = read_wav(wav)
     if url is not None:
         from websockets.asyncio.client import connect
@@ -184,7 +236,7 @@ async def talk(
             timeline = await converse(
                 _Socket(ws), pcm, fast=fast, timeout_s=timeout_s, session=session
             )
-        return save(timeline, Path(out_dir))
+        return _saved(wav, timeline, Path(out_dir))
     owned = engine is None
     if engine is None:
         from omni_core import create_engine_async
@@ -201,4 +253,10 @@ async def talk(
     finally:
         if owned:
             await asyncio.to_thread(engine.shutdown)
-    return save(timeline, Path(out_dir))
+    return _saved(wav, timeline, Path(out_dir))
+
+
+def _saved(wav: str | Path, timeline: list[dict[str, Any]], out_dir: Path) -> tuple[Path, Path]:
+    reply, path = save(timeline, out_dir)
+    check_heard(wav, timeline, reply, path)
+    return reply, path
