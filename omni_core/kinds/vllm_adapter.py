@@ -18,6 +18,9 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
 os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+# xgrammar's cache of compiled grammars (an LRU by bytes; vLLM's default 512 MiB): a stage's
+# ``env`` may set another size (docs/security.md)
+os.environ.setdefault("VLLM_XGRAMMAR_CACHE_MB", "64")
 
 import vllm
 from vllm import EngineArgs, LLMEngine
@@ -29,6 +32,7 @@ from vllm.sampling_params import RequestOutputKind
 from vllm.v1.engine import EngineCoreOutputs, EngineCoreRequest
 from vllm.v1.engine.exceptions import EngineDeadError
 
+from omni_core.grammar import GRAMMAR_FIELD, check_size
 from omni_core.outputs import TokenLogprob
 from omni_core.stage.wire import PayloadCodec, register_codec
 
@@ -266,7 +270,7 @@ def sampling_params(params: Any, final_only: bool = False) -> VllmSamplingParams
     if not isinstance(extra, dict):
         raise ValueError(f"extra['vllm'] must be a mapping of vLLM sampling fields, not {extra!r}")
     kwargs.update(extra)
-    _vllm_objects(kwargs)
+    _vllm_objects(kwargs, params.extra.get(GRAMMAR_FIELD))
     kwargs["output_kind"] = RequestOutputKind.FINAL_ONLY if final_only else RequestOutputKind.DELTA
     _check_integers(kwargs)
     try:
@@ -275,12 +279,17 @@ def sampling_params(params: Any, final_only: bool = False) -> VllmSamplingParams
         raise ValueError(f"sampling params for vLLM: {exc}") from None
 
 
-def _vllm_objects(kwargs: dict[str, Any]) -> None:
+def _vllm_objects(kwargs: dict[str, Any], field: str | None = None) -> None:
     """JSON values of ``extra["vllm"]`` as the objects vLLM's ``SamplingParams`` takes: the
     structured-output and repetition-detection params, and a logit bias keyed by token id as
-    string (OpenAI's form; vLLM's server converts it so, clamping each bias to [-100, 100])."""
+    string (OpenAI's form; vLLM's server converts it so, clamping each bias to [-100, 100]).
+    A structured output over :mod:`omni_core.grammar`'s bounds is a ``GrammarError`` naming
+    ``field`` (the request's field, where ``params.extra[GRAMMAR_FIELD]`` says it)."""
     from vllm.sampling_params import RepetitionDetectionParams, StructuredOutputsParams
 
+    structured = kwargs.get("structured_outputs")
+    if isinstance(structured, dict):  # its size, before vLLM builds (or compiles) anything
+        check_size(structured, field)
     for name, cls in (
         ("structured_outputs", StructuredOutputsParams),
         ("repetition_detection", RepetitionDetectionParams),
@@ -349,6 +358,16 @@ def _check_audio(audio: Any) -> None:
             raise ValueError(f"{where}: the waveform must be float, not {array.dtype}")
         if isinstance(rate, bool) or not isinstance(rate, int | float) or not rate > 0:
             raise ValueError(f"{where}: the sample rate must be a positive number, not {rate!r}")
+
+
+def structured_output_manager(engine: LLMEngine) -> Any:
+    """The engine core's ``StructuredOutputManager`` (its grammar-compile executor)."""
+    return engine.engine_core.engine_core.structured_output_manager
+
+
+def scheduled_request_ids(engine: LLMEngine) -> Any:
+    """The engine core's request ids (waiting or running): vLLM's internal ids."""
+    return engine.engine_core.engine_core.scheduler.requests.keys()
 
 
 def pause_scheduler(engine: LLMEngine) -> None:

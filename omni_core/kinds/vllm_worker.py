@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from omni_core.errors import RequestError
+from omni_core.grammar import GrammarError, grammar_field
 from omni_core.kinds.vllm_session import (
     PromptTooLongError,
     ResumableSession,
@@ -80,6 +81,11 @@ class VllmWorkerEngine:
             self.hidden = HiddenStateCapture(
                 self.engine, self.va, hidden["layers"], default_plane(), hidden["inline_bytes"]
             )
+        from omni_core.kinds.vllm_grammar import install
+
+        self.grammars = install(self.va.structured_output_manager(self.engine))
+        # non-streamed requests with a structured output: request id -> (its field, engine id)
+        self.grammar_of: dict[str, tuple[str, str]] = {}
         self.dead = False
         self.paused = False
         self.streamed: dict[str, _Streamed] = {}
@@ -156,24 +162,39 @@ class VllmWorkerEngine:
         else:
             # Nobody reads this stage's deltas before it finished: one output, at the end.
             final_only = not request.stream_outputs
-            self.fresh.add(rid)
-            self._add_request(
-                rid,
-                self.va.to_prompt(request.prompt),
-                self.va.sampling_params(request.params, final_only=final_only),
-                trace_headers=request.trace_context,
-            )
+            vllm = request.params.extra.get("vllm")
+            structured = isinstance(vllm, dict) and vllm.get("structured_outputs") is not None
+            field = grammar_field(request.params) if structured else None
+            try:
+                params = self.va.sampling_params(request.params, final_only=final_only)
+                self.fresh.add(rid)
+                engine_id = self._add_request(
+                    rid,
+                    self.va.to_prompt(request.prompt),
+                    params,
+                    trace_headers=request.trace_context,
+                )
+            except GrammarError:
+                raise
+            except (ValueError, self.va.VLLMClientError) as exc:  # vLLM's validation
+                if field is not None and _about_grammar(exc):
+                    logger.warning("request %s: structured output '%s': %s", rid, field, exc)
+                    raise GrammarError(f"'{field}': {exc}", param=field) from exc
+                raise
+            if field is not None:
+                self.grammar_of[rid] = (field, engine_id)
         fault = injected_fault(request.params)
         if fault == "add":
             raise RuntimeError(f"fault injected while adding request {rid}")
         if fault == "step":
             self.faulty.add(rid)
 
-    def _add_request(self, rid: str, prompt: Any, params: Any, **kwargs: Any) -> None:
+    def _add_request(self, rid: str, prompt: Any, params: Any, **kwargs: Any) -> str:
         try:
-            engine_id = self.engine.add_request(rid, prompt, params, **kwargs)
+            engine_id: str = self.engine.add_request(rid, prompt, params, **kwargs)
             if self.hidden is not None:
                 self.hidden.watch(engine_id, rid)
+            return engine_id
         except self.va.VLLMClientError as exc:
             if about_prompt_length(exc):
                 raise PromptTooLongError(
@@ -257,6 +278,7 @@ class VllmWorkerEngine:
     def abort(self, request_ids: list[str]) -> None:
         ids = list(request_ids)
         for rid in request_ids:
+            self.grammar_of.pop(rid, None)
             self.faulty.discard(rid)
             self.fresh.discard(rid)
             self.idle.discard(rid)
@@ -270,6 +292,25 @@ class VllmWorkerEngine:
                 ids.append(state.active)
                 self.sub_owner.pop(state.active, None)
         self.engine.abort_request(ids)
+        if self.grammars is not None:  # their grammars' compiles stop blocking the others
+            self.grammars.prune(self.va.scheduled_request_ids(self.engine))
+
+    def _grammar_failed(self, rid: str) -> GrammarError:
+        """Why vLLM ended a structured-output request with ``finish_reason`` "error": its
+        grammar failed to compile or admits no output (at the start, or after the tokens it
+        took: a dead end), as a 400 naming the request's field; logged once."""
+        field, engine_id = self.grammar_of.pop(rid)
+        failure = self.grammars.take_failure(engine_id) if self.grammars is not None else None
+        why = (
+            str(failure)
+            if failure is not None
+            else (
+                "the grammar rejected every next token: it admits no complete output from there "
+                "(e.g. a recursive $ref with no way to end)"
+            )
+        )
+        logger.warning("request %s: structured output '%s': %s", rid, field, why)
+        return GrammarError(f"'{field}': {why}", param=field)
 
     def rpc(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if method == "sleep":
@@ -333,6 +374,10 @@ class VllmWorkerEngine:
             raise RuntimeError(f"fault injected while stepping request {owner or rid}")
         finished = ro.finished
         reason = completion.finish_reason
+        if finished and rid in self.grammar_of:
+            if reason == "error":
+                raise self._grammar_failed(rid)
+            del self.grammar_of[rid]
         prompt_ids = None
         state = self.streamed.get(owner or rid)
         if state is not None and state.session is not None:  # a resumable request's segment
@@ -382,6 +427,15 @@ class VllmWorkerEngine:
             state = self.streamed.get(owner)
             if state is not None:
                 self._maybe_finish(owner, state)
+
+
+_GRAMMAR_WORDS = ("grammar", "schema", "regex", "choice", "structural tag", "structured")
+
+
+def _about_grammar(exc: BaseException) -> bool:
+    """Whether vLLM's validation error is about the request's structured output."""
+    text = str(exc).lower()
+    return any(word in text for word in _GRAMMAR_WORDS)
 
 
 def _logprobs(positions: Any) -> list[dict[int, TokenLogprob]]:

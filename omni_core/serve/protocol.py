@@ -18,6 +18,7 @@ from pydantic import (
 )
 
 from omni_core.chat import ChatMessage, ChatOptions
+from omni_core.grammar import GRAMMAR_FIELD, GrammarError, check_size, spec_kind
 from omni_core.sampling import VLLM_SAMPLING_EXTRAS
 from omni_core.serve.errors import ApiError
 from omni_core.serve.tools import (
@@ -221,6 +222,29 @@ class _Sampling(_Body):
     def forced_tool_schema(self) -> dict[str, Any] | None:
         return None
 
+    def structured_output_field(self) -> str | None:
+        """The request's field that :meth:`structured_output` comes from (its errors name it):
+        ``response_format.json_schema``, ``structured_outputs.<kind>``, or the tools'."""
+        spec = self.structured_output()
+        if spec is None:
+            return None
+        kind = spec_kind(spec)
+        fmt = self.response_format
+        if fmt is not None and fmt.type != "text" and kind in ("json", "json_object"):
+            return "response_format.json_schema" if kind == "json" else "response_format"
+        return f"structured_outputs.{kind}" if kind else "structured_outputs"
+
+    def check_grammar_size(self) -> None:
+        """The structured output's size bounds (:mod:`omni_core.grammar`), before anything
+        compiles it: a 400 naming the request's field."""
+        spec = self.structured_output()
+        if spec is None:
+            return
+        try:
+            check_size(spec, self.structured_output_field())
+        except GrammarError as exc:
+            raise ApiError(400, str(exc), param=exc.param) from None
+
     def vllm_extra_names(self) -> list[str]:
         """The request's fields that only a vllm first stage can honour."""
         names = [n for n in VLLM_SAMPLING_EXTRAS if getattr(self, n) is not None]
@@ -326,7 +350,17 @@ class ChatCompletionRequest(_Sampling):
     @model_validator(mode="after")
     def _tool_checks(self) -> ChatCompletionRequest:
         check_tools(self.tools, self.tool_choice)
+        self.check_grammar_size()  # after the tools' checks: a forced call's schema is theirs
         return self
+
+    def structured_output_field(self) -> str | None:
+        if self.forced_tool_schema() is None:
+            return super().structured_output_field()
+        choice = self.effective_tool_choice()
+        if isinstance(choice, str):  # required: one schema of every tool's parameters
+            return "tools"
+        names = [t.function.name for t in self.tools or ()]
+        return f"tools[{names.index(choice.function.name)}].function.parameters"
 
     def effective_tool_choice(self) -> ToolChoice:
         return effective_choice(self.tools, self.tool_choice)
@@ -362,7 +396,8 @@ class ChatCompletionRequest(_Sampling):
         return (self.top_logprobs or 0) if self.logprobs else None
 
     def request_extra(self) -> dict[str, Any] | None:
-        """Request-level fields for every stage's ``params.extra``: the ``voice``, and with
+        """Request-level fields for every stage's ``params.extra``: the ``voice``, the field of
+        the structured output (``extra[GRAMMAR_FIELD]``: what a grammar's 400 names), and with
         ``stream`` and audio asked for, the generic audio option ``stream``
         (``extra[AUDIO_OPTIONS]``, :mod:`omni_core.media`: the audio stage voices pieces as early
         as it can)."""
@@ -372,6 +407,9 @@ class ChatCompletionRequest(_Sampling):
         out: dict[str, Any] = {"voice": audio.voice} if audio and audio.voice is not None else {}
         if self.stream and "audio" in (self.modalities or ()):
             out[AUDIO_OPTIONS] = audio_options(stream=True)
+        field = self.structured_output_field()
+        if field is not None:  # what the vllm stage's grammar errors name (omni_core.grammar)
+            out[GRAMMAR_FIELD] = field
         return out or None
 
     def chat_options(self) -> ChatOptions:
@@ -392,6 +430,11 @@ class CompletionRequest(_Sampling):
     echo: bool = False
     logprobs: int | None = Field(default=None, ge=0, le=20)
     add_special_tokens: bool = True
+
+    @model_validator(mode="after")
+    def _grammar_size(self) -> CompletionRequest:
+        self.check_grammar_size()
+        return self
 
     @field_validator("prompt", mode="before")
     @classmethod

@@ -1,0 +1,145 @@
+"""The vllm stage's grammar-compile executor (omni_core.kinds.vllm_grammar): an abandoned
+request's compile stops blocking the others (queued: cancelled; running: left to a thread of its
+own while a fresh one takes the queue), compile failures are kept for the request's 400, and a
+grammar that admits no output fails its compile. No engine: compiles are stand-ins (events)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from types import SimpleNamespace
+
+import pytest
+
+from omni_core.grammar import GrammarError
+from omni_core.kinds.vllm_grammar import GrammarPool, check_admits_output, install
+
+WAIT = 30  # seconds a future may take at most (a loaded machine), never reached when it works
+
+
+def request(rid: str) -> SimpleNamespace:
+    return SimpleNamespace(request_id=rid)
+
+
+def blocking(started: threading.Event, release: threading.Event):
+    def compile_(req):
+        started.set()
+        release.wait(WAIT)
+        return f"grammar of {req.request_id}"
+
+    return compile_
+
+
+def test_an_abandoned_running_compile_no_longer_blocks_the_queue():
+    pool = GrammarPool(workers=1, spare=2)
+    started, release = threading.Event(), threading.Event()
+    slow = pool.submit(blocking(started, release), request("gone"))
+    assert started.wait(WAIT)
+    queued_gone = pool.submit(lambda r: "never", request("gone-too"))
+    live = pool.submit(lambda r: f"grammar of {r.request_id}", request("live"))
+    pool.prune(["live"])  # "gone" and "gone-too" were aborted
+    assert live.result(WAIT) == "grammar of live"  # while the abandoned compile still runs
+    assert queued_gone.cancelled() and not slow.done()
+    assert (pool.cancelled, pool.abandoned, pool.busy) == (1, 1, 1)
+    release.set()
+    assert slow.result(WAIT) == "grammar of gone"  # it finishes on its own thread
+    pool.shutdown(wait=True)
+
+
+def test_without_pruning_the_queue_waits_as_in_vllm():
+    """The behaviour prune changes: one worker, a running compile, the next waits for it."""
+    pool = GrammarPool(workers=1)
+    started, release = threading.Event(), threading.Event()
+    pool.submit(blocking(started, release), request("a"))
+    assert started.wait(WAIT)
+    nxt = pool.submit(lambda r: "b", request("b"))
+    pool.prune(["a", "b"])  # both alive: nothing abandoned
+    assert not nxt.done()
+    release.set()
+    assert nxt.result(WAIT) == "b"
+    pool.shutdown()
+
+
+def test_abandoned_compiles_beyond_the_spare_keep_their_worker():
+    pool = GrammarPool(workers=1, spare=0)
+    started, release = threading.Event(), threading.Event()
+    pool.submit(blocking(started, release), request("gone"))
+    assert started.wait(WAIT)
+    live = pool.submit(lambda r: "ok", request("live"))
+    pool.prune(["live"])
+    assert pool.abandoned == 0 and not live.done()  # bounded threads: it waits its turn
+    release.set()
+    assert live.result(WAIT) == "ok"
+    pool.shutdown()
+
+
+def test_failures_are_kept_for_the_request_and_carried_to_vllm():
+    pool = GrammarPool(workers=1)
+
+    def broken(req):
+        raise RuntimeError("xgrammar: bad schema")
+
+    future = pool.submit(broken, request("r1-abcd1234"))
+    with pytest.raises(RuntimeError, match="bad schema"):
+        future.result(WAIT)
+    failure = pool.take_failure("r1")  # vLLM's internal id carries a suffix
+    assert isinstance(failure, GrammarError) and "does not compile: xgrammar: bad schema" in str(
+        failure
+    )
+    assert pool.take_failure("r1") is None  # once
+    pool.shutdown()
+
+
+def test_shutdown_cancels_what_is_queued():
+    pool = GrammarPool(workers=1)
+    started, release = threading.Event(), threading.Event()
+    pool.submit(blocking(started, release), request("a"))
+    assert started.wait(WAIT)
+    queued = pool.submit(lambda r: "b", request("b"))
+    release.set()
+    pool.shutdown(wait=True, cancel_futures=True)
+    assert queued.cancelled() or queued.result(WAIT) == "b"
+    with pytest.raises(RuntimeError):
+        pool.submit(lambda r: "c", request("c"))
+
+
+def test_install_replaces_vllms_executor():
+    from concurrent.futures import ThreadPoolExecutor
+
+    manager = SimpleNamespace(executor=ThreadPoolExecutor(max_workers=3))
+    pool = install(manager)
+    assert manager.executor is pool and pool is not None and pool.workers == 3
+    assert install(SimpleNamespace()) is None  # no tokenizer, no executor
+    pool.shutdown()
+
+
+xgr = pytest.importorskip("xgrammar")
+VOCAB = ["<eos>", "{", "}", '"', "a", ":", " ", "1", "[", "]", ","]
+
+
+def compiled(schema: dict) -> SimpleNamespace:
+    info = xgr.TokenizerInfo(VOCAB, stop_token_ids=[0])
+    ctx = xgr.GrammarCompiler(info, max_threads=1).compile_json_schema(json.dumps(schema))
+    return SimpleNamespace(matcher=xgr.GrammarMatcher(ctx), vocab_size=len(VOCAB))
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"$ref": "#"},
+        {"allOf": [{"$ref": "#"}]},
+        {"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"},
+    ],
+)
+def test_a_grammar_that_admits_nothing_fails(schema):
+    with pytest.raises(GrammarError, match="admits no output"):
+        check_admits_output(compiled(schema))
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [{"type": "object"}, {"type": "object", "properties": {"a": {"$ref": "#"}}}, {"enum": [1]}],
+)
+def test_grammars_with_an_output_pass(schema):
+    check_admits_output(compiled(schema))
+    check_admits_output(SimpleNamespace())  # another backend's grammar: not checked
