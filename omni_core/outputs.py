@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
 ErrorClass = type[BaseException]  # (``type`` is a field name inside ErrorInfo)
+OutputKind = Literal["audio", "image", "text", "tokens", "payload"]
+"""What a :class:`StageOutput` carries (:attr:`StageOutput.output_type`)."""
 
 
 class ErrorInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -135,6 +137,27 @@ class StageOutput(msgspec.Struct, kw_only=True, gc=False, array_like=True):
 
 class StageResult(msgspec.Struct, kw_only=True, gc=False):
     """Everything one stage produced so far for one request; what bridges receive.
+
+    @property
+    def output_type(self) -> OutputKind | None:
+        """What this delta carries, read from its content (no field, nothing on the wire):
+        ``"audio"`` (``payload`` is an :class:`~omni_core.media.AudioChunk`: ``samples`` a
+        float32 array, ``sample_rate``), ``"image"`` (an :class:`~omni_core.media.Image`),
+        ``"text"`` (new ``text``), ``"tokens"`` (new ``token_ids``, no text), ``"payload"``
+        (another engine object), ``None`` (nothing new: a bare finish or an error)."""
+        payload = self.payload
+        if payload is not None:
+            from omni_core.media import AudioChunk, Image
+
+            if isinstance(payload, AudioChunk):
+                return "audio"
+            if isinstance(payload, Image):
+                return "image"
+        if self.text:
+            return "text"
+        if self.token_ids:
+            return "tokens"
+        return None if payload is None else "payload"
 
     ``payloads`` and ``logprobs`` are sequences: an empty tuple until the stage produced one (most
     stages never do, and a list per request and stage would be two more objects to allocate and

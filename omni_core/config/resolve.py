@@ -43,6 +43,7 @@ class ResolvedPipeline:
     stages: dict[int, ResolvedStage]
     sections: dict[str, BaseModel]
     engine_class: type[Any]
+    host: PluginHost  # the plugin host it was resolved against (its kinds resolve models so)
 
 
 def load_pipeline(pipeline: str | Path | PipelineConfig, host: PluginHost) -> PipelineConfig:
@@ -53,7 +54,7 @@ def load_pipeline(pipeline: str | Path | PipelineConfig, host: PluginHost) -> Pi
     named = host.pipelines()
     exists = is_existing_path(text)
     if text in named and not exists:
-        return named[text].load()
+        return host.pipeline_config(text)
     if text.endswith((".yaml", ".yml")) or exists:
         return PipelineConfig.from_yaml(text)
     known = ", ".join(sorted(named)) or "none"
@@ -136,20 +137,47 @@ def resolve_pipeline(
         except ValidationError as exc:
             problems.extend(_model_problems(exc, label, prefix="engine_args."))
             continue
+        bridge_name = stage.bridge if stage.bridge is not None else kind.bridge
         try:
             if import_code:
-                bridge = _resolve_bridge(stage.bridge, bridges)
+                bridge = _resolve_bridge(bridge_name, bridges)
             else:
-                bridge = _check_bridge(stage.bridge, bridges)
+                bridge = _check_bridge(bridge_name, bridges)
         except ConfigError as exc:
-            problems.extend(f"{label}: field 'bridge': {p}" for p in exc.problems)
+            declared = "" if stage.bridge is not None else f" (stage kind '{kind.name}' needs it)"
+            problems.extend(f"{label}: field 'bridge': {p}{declared}" for p in exc.problems)
             continue
         output_mode = getattr(args, "output", None) or kind.output_mode
         stages[stage.id] = ResolvedStage(stage, kind, args, bridge, output_mode)
+    problems.extend(_unbridgeable_inputs(config, stages))
     if problems:
         raise ConfigError(problems)
     assert engine_class is not None
-    return ResolvedPipeline(config, stages, sections, engine_class)
+    return ResolvedPipeline(config, stages, sections, engine_class, host)
+
+
+def _unbridgeable_inputs(config: PipelineConfig, stages: dict[int, ResolvedStage]) -> list[str]:
+    """A stage on the default bridge fed by a kind that produces neither tokens nor text (a
+    vocoder's audio chunks): nothing could be forwarded, so it is a config error, not a skip."""
+    from omni_core.stage.bridges import default_bridge
+
+    problems: list[str] = []
+    for stage in stages.values():
+        if stage.bridge is not default_bridge:
+            continue
+        for edge in stage.config.inputs:
+            upstream = stages.get(edge.stage)
+            produces = set(upstream.kind.produces) if upstream is not None else set()
+            if upstream is None or not produces or produces & {"tokens", "text"}:
+                continue
+            what = ", ".join(sorted(produces))
+            hint = "`bridge: audio`" if "audio" in produces else "a bridge that reads them"
+            problems.append(
+                f"{config.stage_label(stage.config)}: field 'bridge': the default bridge "
+                f"forwards token ids or text, but input stage '{upstream.name}' (kind "
+                f"'{upstream.kind.name}') produces {what}: set {hint}"
+            )
+    return problems
 
 
 def _resolve_bridge(name: str | None, bridges: dict[str, Any]) -> Callable[..., Any]:
