@@ -35,6 +35,7 @@ from contextlib import ExitStack
 from typing import Any
 
 from omni_core.bench.orchestration import CheckFailed, Row
+from omni_core.bench.progress import phase
 from omni_core.bench.wire_cost import wire_rows
 from omni_core.config.pipeline import PipelineConfig
 from omni_core.config.settings import OmniSettings
@@ -321,6 +322,8 @@ def rounds(sides: dict[str, Side], n: int, quick: bool) -> dict[str, list[Levels
     for r in range(n):
         k = r % len(names)
         for name in names[k:] + names[:k]:
+            levels = ", ".join(str(c) for c in LEVELS)
+            phase(f"round {r + 1}/{n}: {name}, C = {levels}")
             results[name].append(_measure(sides[name].run, LEVELS, quick))
     return results
 
@@ -396,14 +399,19 @@ def bench_pipeline(quick: bool, n_rounds: int | None = None) -> list[Row]:
     modes = ("on_finish",) if quick else ("on_finish", "audio only", "stream")
     n_rounds = n_rounds or (1 if quick else ROUNDS)
     with ExitStack() as stack:
+        phase(f"starting the {CHAIN} (3 engines)")
         sides = {CHAIN: _chain(settings, stack)}
-        sides.update({mode: _omni(mode, settings, stack) for mode in modes})
+        for mode in modes:
+            phase(f"starting tiny-omni, {mode} (3 stages)")
+            sides[mode] = _omni(mode, settings, stack)
         results = rounds(sides, n_rounds, quick)
         samples = {side.samples for side in sides.values()}
         if len(samples) != 1:
             raise CheckFailed(f"the sides' requests got different audio lengths: {samples}")
         counts = {mode: sides[mode].counts() for mode in modes}  # type: ignore[misc]
+        phase(f"idle CPU, {idle_s:.0f} s per side")
         idle = {name: idle_share(side.pids, idle_s) for name, side in sides.items()}
+    phase("the stage-process wire's cost per output")
     rows = wire_rows(quick)
     rows.extend(_median_rows(results, modes))
     for mode in modes:

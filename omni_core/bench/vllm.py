@@ -1,6 +1,13 @@
 """``omni bench vllm``: a one-stage omni-core pipeline vs bare vLLM ``AsyncLLM`` on the same
 tiny-model workload (run one after the other in this process), and tiny-omni's time to first
 audio with ``stream`` vs ``on_finish`` edges, with the orchestrator's share of it.
+
+Both sides of the throughput comparison are warmed up the same way before their timed runs: the
+timed workload's shape (``n`` concurrent requests, the same sampling params) with a few tokens
+each. (The bare side used to warm up with one default-params request, so its first seeded
+batch paid vLLM's one-time costs inside its timed window: ``--quick`` reported omni-core 15.8x
+bare vLLM.) ``--quick``: smaller workloads, one run, tiny-omni with ``stream`` edges only: a
+smoke test whose figures are not comparable with a full run's.
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ import time
 from typing import Any
 
 from omni_core.bench.orchestration import CheckFailed, Row, thread_cpu_s
+from omni_core.bench.progress import phase
 from omni_core.config.pipeline import PipelineConfig
 from omni_core.config.settings import OmniSettings
 from omni_core.engine.async_engine import AsyncOmniEngine
@@ -32,9 +40,18 @@ def _engine(config: PipelineConfig, settings: OmniSettings) -> AsyncOmniEngine:
     )
 
 
+WARM_TOKENS = 4  # tokens per request of the warm-up (the timed workload's shape otherwise)
+
+
 async def _omni_workload(engine: AsyncOmniEngine, n: int, tokens: int, runs: int = 1) -> float:
-    """Tokens/s of ``n`` concurrent requests of ``tokens`` tokens: the median of ``runs``."""
-    rates = [await _omni_run(engine, n, tokens) for _ in range(runs)]
+    """Tokens/s of ``n`` concurrent requests of ``tokens`` tokens: the median of ``runs``, after
+    a warm-up of the same shape."""
+    phase(f"omni-core: warm-up, {n}x{WARM_TOKENS} tokens")
+    await _omni_run(engine, n, WARM_TOKENS)
+    rates = []
+    for run in range(runs):
+        phase(f"omni-core: {n}x{tokens} tokens, run {run + 1}/{runs}")
+        rates.append(await _omni_run(engine, n, tokens))
     return statistics.median(rates)
 
 
@@ -60,32 +77,37 @@ async def _omni_run(engine: AsyncOmniEngine, n: int, tokens: int) -> float:
 
 
 async def _bare_workload(model: str, n: int, tokens: int, runs: int = 1) -> float:
-    """The same workload on a bare vLLM ``AsyncLLM`` (median of ``runs`` on one engine)."""
+    """The same workload on a bare vLLM ``AsyncLLM`` (median of ``runs`` on one engine), after
+    the same warm-up as omni-core's (:data:`WARM_TOKENS`)."""
     from omni_core.kinds import vllm_adapter as va
 
+    phase("bare AsyncLLM: starting the engine")
     llm = va.build_async_llm(model, enforce_eager=True, disable_log_stats=True, **ENGINE_ARGS)
     try:
-        params = va.VllmSamplingParams(
-            max_tokens=tokens,
-            temperature=0.8,
-            seed=1,
-            ignore_eos=True,
-            output_kind=va.RequestOutputKind.DELTA,
-        )
-        warm = va.VllmSamplingParams(max_tokens=2, output_kind=va.RequestOutputKind.DELTA)
-        async for _ in llm.generate("warm up", warm, request_id="warm"):
-            pass
 
-        async def one(i: int, run: int) -> int:
+        def params(max_tokens: int) -> Any:
+            return va.VllmSamplingParams(
+                max_tokens=max_tokens,
+                temperature=0.8,
+                seed=1,
+                ignore_eos=True,
+                output_kind=va.RequestOutputKind.DELTA,
+            )
+
+        async def one(i: int, run: str, max_tokens: int) -> int:
             got = 0
-            async for out in llm.generate(f"request {i}", params, request_id=f"b{run}-{i}"):
+            sampling = params(max_tokens)
+            async for out in llm.generate(f"request {i}", sampling, request_id=f"b{run}-{i}"):
                 got += len(out.outputs[0].token_ids)
             return got
 
+        phase(f"bare AsyncLLM: warm-up, {n}x{WARM_TOKENS} tokens")
+        await asyncio.gather(*(one(i, "warm", WARM_TOKENS) for i in range(n)))
         rates = []
         for run in range(runs):
+            phase(f"bare AsyncLLM: {n}x{tokens} tokens, run {run + 1}/{runs}")
             start = time.perf_counter()
-            counts = await asyncio.gather(*(one(i, run) for i in range(n)))
+            counts = await asyncio.gather(*(one(i, str(run), tokens) for i in range(n)))
             rates.append(n * tokens / (time.perf_counter() - start))
             if set(counts) != {tokens}:
                 raise CheckFailed(f"AsyncLLM requests produced {sorted(set(counts))} tokens")
@@ -138,6 +160,7 @@ def _time_to_first_audio(engine: AsyncOmniEngine, runs: int) -> tuple[float, flo
         shares.append((thread_cpu_s(tid) - cpu0) / wall)
 
     for i in range(runs):
+        phase(f"tiny-omni: first audio, request {i + 1}/{runs}")
         asyncio.run(once(i))
     return statistics.median(ttfas), statistics.median(computes), statistics.median(shares)
 
@@ -146,6 +169,7 @@ def bench_vllm(quick: bool) -> list[Row]:
     from omni_core.models import ensure_model
 
     settings = OmniSettings()
+    phase("building tiny-thinker (first use only)")
     model = str(ensure_model("tiny-thinker", settings.cache_dir))
     n, tokens = (16, 16) if quick else (64, 32)
     runs = 1 if quick else 3  # medians: one run of a few tenths of a second is noisy here
@@ -164,9 +188,9 @@ def bench_vllm(quick: bool) -> list[Row]:
         },
         source="<bench vllm>",
     )
+    phase("omni-core: starting the one-stage pipeline")
     engine = _engine(one_stage, settings)
     try:
-        asyncio.run(_omni_workload(engine, 4, 4))  # warm-up
         omni_rate = asyncio.run(_omni_workload(engine, n, tokens, runs))
     finally:
         engine.shutdown()
@@ -184,13 +208,24 @@ def bench_vllm(quick: bool) -> list[Row]:
         ),
     ]
     results: dict[str, Any] = {}
-    for mode in ("stream", "on_finish"):
+    for mode in ("stream",) if quick else ("stream", "on_finish"):
+        phase(f"tiny-omni, {mode} edges: starting (3 stages)")
         engine = _engine(_tiny_omni(mode), settings)
         try:
+            phase(f"tiny-omni, {mode} edges: warm-up")
             asyncio.run(_omni_workload_warm(engine))
             results[mode] = _time_to_first_audio(engine, 2 if quick else 5)
         finally:
             engine.shutdown()
+    if quick:  # one engine fewer: the stream edges' first audio, no on_finish baseline
+        ttfa, compute, cpu_share = results["stream"]
+        case = "tiny-omni stream edges"
+        rows.append(Row("vllm", case, "time to first audio", ttfa * 1e3, "ms"))
+        rows.append(Row("vllm", case, "stages' compute until first audio", compute * 1e3, "ms"))
+        rows.append(
+            Row("vllm", case, "orchestrator-thread CPU / request wall", cpu_share * 100, "%")
+        )
+        return rows
     rows.append(
         Row(
             "vllm",

@@ -27,7 +27,14 @@ def register(app: typer.Typer, state: CliState) -> None:
                 help=f"Benchmarks to run: {', '.join(ALL)}, and those plugins register."
             ),
         ] = None,
-        quick: Annotated[bool, typer.Option(help="About a second per benchmark.")] = False,
+        quick: Annotated[
+            bool,
+            typer.Option(
+                help="A smoke test: smaller workloads, one round (seconds each for hop, "
+                "throughput, idle, scaling, chaos; a few minutes for benchmarks starting engines: "
+                "vllm, pipeline, serve, a plugin's); figures not comparable with a full run's."
+            ),
+        ] = False,
         requests: Annotated[int, typer.Option(help="chaos: requests to push.")] = 10_000,
         concurrency: Annotated[int, typer.Option(help="chaos: requests in flight.")] = 256,
         seed: Annotated[int, typer.Option(help="chaos: random seed.")] = 0,
@@ -37,6 +44,7 @@ def register(app: typer.Typer, state: CliState) -> None:
         Exits 1 only if a benchmark crashes or its correctness checks fail, never on a timing.
         """
         from omni_core.bench.orchestration import BENCHES, Row
+        from omni_core.bench.progress import QUICK_NOTE, shown
         from omni_core.cli.app import fail
         from omni_core.errors import PluginConflictError, RequestError
 
@@ -62,35 +70,45 @@ def register(app: typer.Typer, state: CliState) -> None:
         if not state.debug:  # replica deaths and restarts are expected in chaos
             logging.getLogger("omni_core").setLevel(logging.ERROR)
         console = Console(width=160)
+        err = Console(stderr=True)  # progress while each benchmark runs
         rows: list[Row] = []
         failed = False
         for name in selected:
             try:
-                if name == "chaos":
-                    from omni_core.bench.chaos import main as chaos
+                with shown(name, err):
+                    if name == "chaos":
+                        from omni_core.bench.chaos import main as chaos
 
-                    failed |= chaos(300 if quick else requests, concurrency, seed) != 0
-                elif name == "vllm":
-                    from omni_core.bench.vllm import bench_vllm
+                        failed |= chaos(300 if quick else requests, concurrency, seed) != 0
+                    elif name == "vllm":
+                        from omni_core.bench.vllm import bench_vllm
 
-                    rows.extend(bench_vllm(quick))
-                elif name == "serve":
-                    from omni_core.bench.serve import bench_serve
+                        rows.extend(bench_vllm(quick))
+                    elif name == "serve":
+                        from omni_core.bench.serve import bench_serve
 
-                    rows.extend(bench_serve(quick))
-                elif name == "pipeline":
-                    from omni_core.bench.pipeline import bench_pipeline
+                        rows.extend(bench_serve(quick))
+                    elif name == "pipeline":
+                        from omni_core.bench.pipeline import bench_pipeline
 
-                    rows.extend(bench_pipeline(quick))
-                elif name in registered:
-                    rows.extend(registered[name].run(quick))
-                else:
-                    rows.extend(BENCHES[name](quick))
+                        rows.extend(bench_pipeline(quick))
+                    elif name in registered:
+                        rows.extend(registered[name].run(quick))
+                    else:
+                        rows.extend(BENCHES[name](quick))
             except Exception as exc:
                 failed = True
                 console.print(f"bench {name} failed: {type(exc).__name__}: {exc}", markup=False)
         if rows:
-            table = Table("bench", "case", "figure", "value", "baseline", "ratio")
+            table = Table(
+                "bench",
+                "case",
+                "figure",
+                "value",
+                "baseline",
+                "ratio",
+                caption=QUICK_NOTE if quick else None,
+            )
             for row in rows:
                 base = "" if row.baseline is None else f"{row.baseline:,.2f} ({row.baseline_name})"
                 ratio = "" if row.ratio is None else f"{row.ratio:.2f}x"
