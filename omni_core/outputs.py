@@ -134,10 +134,6 @@ class StageOutput(msgspec.Struct, kw_only=True, gc=False, array_like=True):
     hidden_states: HiddenStates | None = None
     prompt_token_ids: list[int] | None = None
 
-
-class StageResult(msgspec.Struct, kw_only=True, gc=False):
-    """Everything one stage produced so far for one request; what bridges receive.
-
     @property
     def output_type(self) -> OutputKind | None:
         """What this delta carries, read from its content (no field, nothing on the wire):
@@ -158,6 +154,10 @@ class StageResult(msgspec.Struct, kw_only=True, gc=False):
         if self.token_ids:
             return "tokens"
         return None if payload is None else "payload"
+
+
+class StageResult(msgspec.Struct, kw_only=True, gc=False):
+    """Everything one stage produced so far for one request; what bridges receive.
 
     ``payloads`` and ``logprobs`` are sequences: an empty tuple until the stage produced one (most
     stages never do, and a list per request and stage would be two more objects to allocate and
