@@ -246,6 +246,24 @@ class PipelineConfig(BaseModel):
             raise ConfigError(problems)
         return config
 
+    def derive(self, changes: dict[str, Any], source: str | None = None) -> PipelineConfig:
+        """A new pipeline from this one with ``changes`` merged in, validated like a file.
+
+        Mappings merge key by key (a ``None`` value removes the key); ``stages`` merge by ``id``
+        (a change naming an existing id merges into that stage, a new id adds a stage); any other
+        value replaces. Give the derived pipeline its own ``name``. ``source`` names it in
+        errors (default ``<NAME derived from BASE>``)."""
+        data = _merge(self.portable(), changes)
+        if not isinstance(data.get("name"), str):
+            raise ConfigError([f"{self.source}: derive: field 'name' must be a string"])
+        where = source or f"<{data['name']} derived from {self.name}>"
+        return PipelineConfig.from_dict(data, source=where)
+
+    def portable(self) -> dict[str, Any]:
+        """The config as plain JSON values (every field, its sections included): what
+        ``omni pipelines show`` prints as YAML and :meth:`from_dict` reads back."""
+        return self.model_dump(mode="json", exclude={"source"})
+
     # --- structure ----------------------------------------------------------------------------
     def stage_label(self, stage: StageConfig) -> str:
         return f"{self.source}: stage '{stage.name}' (id {stage.id})"
@@ -354,6 +372,32 @@ class PipelineConfig(BaseModel):
     @property
     def sections(self) -> dict[str, Any]:
         return dict(self.model_extra or {})
+
+
+def _merge(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in changes.items():
+        if value is None:
+            out.pop(key, None)
+        elif key == "stages" and isinstance(value, list) and isinstance(out.get(key), list):
+            out[key] = _merge_stages(out[key], value)
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _merge_stages(base: list[Any], changes: list[Any]) -> list[Any]:
+    stages = list(base)
+    index = {s.get("id"): i for i, s in enumerate(stages) if isinstance(s, dict)}
+    for change in changes:
+        i = index.get(change.get("id")) if isinstance(change, dict) else None
+        if i is None:
+            stages.append(change)
+        else:
+            stages[i] = _merge(stages[i], change)
+    return stages
 
 
 def _readable(exc: ValidationError, data: dict[str, Any], source: str) -> list[str]:

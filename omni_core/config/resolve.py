@@ -43,6 +43,7 @@ class ResolvedPipeline:
     stages: dict[int, ResolvedStage]
     sections: dict[str, BaseModel]
     engine_class: type[Any]
+    host: PluginHost  # the plugin host it was resolved against (its kinds resolve models so)
 
 
 def load_pipeline(pipeline: str | Path | PipelineConfig, host: PluginHost) -> PipelineConfig:
@@ -53,7 +54,7 @@ def load_pipeline(pipeline: str | Path | PipelineConfig, host: PluginHost) -> Pi
     named = host.pipelines()
     exists = is_existing_path(text)
     if text in named and not exists:
-        return named[text].load()
+        return host.pipeline_config(text)
     if text.endswith((".yaml", ".yml")) or exists:
         return PipelineConfig.from_yaml(text)
     known = ", ".join(sorted(named)) or "none"
@@ -152,7 +153,7 @@ def resolve_pipeline(
     if problems:
         raise ConfigError(problems)
     assert engine_class is not None
-    return ResolvedPipeline(config, stages, sections, engine_class)
+    return ResolvedPipeline(config, stages, sections, engine_class, host)
 
 
 def _unbridgeable_inputs(config: PipelineConfig, stages: dict[int, ResolvedStage]) -> list[str]:

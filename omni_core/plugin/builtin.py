@@ -5,8 +5,7 @@ Registered like any third-party plugin (it can even be disabled as ``builtin``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from pathlib import Path
+from collections.abc import Iterable
 
 from omni_core.config.pipeline import PipelineConfig
 from omni_core.pipelines import PACKAGED, packaged_pipeline
@@ -72,31 +71,11 @@ def omni_register_bridges() -> Iterable[Bridge]:
     ]
 
 
-_MODEL_DESCRIPTIONS = {
-    "tiny-thinker": "tiny Llama-style text LM (random weights; vllm kind)",
-    "tiny-talker": "tiny Llama-style codec LM (random weights; vllm kind)",
-    "tiny-vocoder": "codec tokens to sinusoid audio (vocoder kind)",
-}
-
-
-def _build_demo(name: str) -> Callable[[Path], None]:
-    def build(out: Path) -> None:
-        from omni_core.models.build import build_model
-
-        build_model(name, out)
-
-    return build
-
-
 @hookimpl
 def omni_register_models() -> Iterable[ModelSpec]:
-    from omni_core.models import MODELS, VERSION, committed_checksums
+    from omni_core.models import core_models
 
-    checksums = committed_checksums()
-    return [
-        ModelSpec(name, _build_demo(name), VERSION, checksums.get(name), _MODEL_DESCRIPTIONS[name])
-        for name in MODELS
-    ]
+    return core_models()
 
 
 def _packaged(name: str) -> PipelineSpec:

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from omni_core.config.pipeline import PipelineConfig, StageConfig
+    from omni_core.plugin.hooks import PluginHost
     from omni_core.stage.client import StageClient, StageContext
 
 _NAME = re.compile(r"^[a-z][a-z0-9_.-]*$")
@@ -38,9 +39,10 @@ class StageKind:
     called on the orchestrator thread. ``config_model`` validates the stage's ``engine_args``.
     ``output_mode`` is ``"ar"`` (token by token, abort yields the prefix) or ``"whole"`` (one
     result, abort is a whole-sample retry); an engine_args field ``output`` overrides it.
-    ``renderer(stage_config, engine_args, settings)``, for kinds whose engine tokenizes its prompt,
-    returns the :class:`~omni_core.chat.PromptRenderer` that renders chats and counts prompt
-    tokens when the stage is a pipeline's first (called once per engine, in the caller's
+    ``renderer(stage_config, engine_args, context)``, for kinds whose engine tokenizes its
+    prompt (``context``: the stage's :class:`~omni_core.stage.client.StageContext`), returns the
+    :class:`~omni_core.chat.PromptRenderer` that renders chats and counts prompt tokens when the
+    stage is a pipeline's first (called once per engine, in the caller's
     thread); without one, chats are rendered by :class:`~omni_core.chat.PlainRenderer`.
 
     Capabilities (what other code asks instead of probing the kind's name):
@@ -101,18 +103,38 @@ class Bridge:
 
 @dataclass(frozen=True, slots=True)
 class PipelineSpec:
-    """A named pipeline (``omni run NAME``). ``load()`` returns its :class:`PipelineConfig`.
+    """A named pipeline (``omni run NAME``). ``load`` builds its :class:`PipelineConfig`.
+
+    ``load()`` takes no argument, or one: the :class:`~omni_core.plugin.hooks.PluginHost`
+    resolving it (its ``settings``, what other plugins registered, and
+    ``host.pipeline_config(OTHER)`` to derive from another registered pipeline: docs/plugins.md
+    "Deriving a pipeline"). Call :meth:`config` (or ``host.pipeline_config(name)``), which passes
+    the host when the factory takes it.
 
     ``default``: ``omni run`` with no PIPELINE runs this one (the core's own default, tiny-omni,
     when no registered pipeline is marked; two marked: ``omni run`` asks for a name)."""
 
     name: str
-    load: Callable[[], PipelineConfig]
+    load: Callable[..., PipelineConfig]
     description: str = ""
     default: bool = False
 
     def __post_init__(self) -> None:
         _check_name("pipeline", self.name)
+
+    def config(self, host: PluginHost) -> PipelineConfig:
+        """The pipeline's config: ``load(host)`` when the factory takes a parameter, else
+        ``load()``."""
+        import inspect
+
+        try:
+            params = list(inspect.signature(self.load).parameters.values())
+        except (TypeError, ValueError):  # a callable without a signature: the old form
+            params = []
+        takes_host = any(
+            p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL) for p in params
+        )
+        return self.load(host) if takes_host else self.load()
 
 
 @dataclass(frozen=True, slots=True)
