@@ -20,7 +20,9 @@ class ErrorInfo(msgspec.Struct, frozen=True, kw_only=True):
     that :meth:`is_a` matches a class and its subclasses across processes; build one with
     :meth:`from_exception` (the status code and ``retryable`` default to the exception's class
     attributes where it has them, e.g. :class:`~omni_core.errors.StageUnavailableError`: 503,
-    retryable).
+    retryable). ``param``: the request field it names, where the exception says (a
+    :class:`~omni_core.errors.RequestError`'s ``param``, vLLM's validation error's
+    ``parameter``).
     """
 
     type: str
@@ -28,6 +30,7 @@ class ErrorInfo(msgspec.Struct, frozen=True, kw_only=True):
     status_code: int = 500
     retryable: bool = False
     classes: tuple[str, ...] = ()
+    param: str | None = None
 
     @classmethod
     def from_exception(
@@ -44,6 +47,7 @@ class ErrorInfo(msgspec.Struct, frozen=True, kw_only=True):
             status_code=status_code,
             retryable=retryable,
             classes=_class_names(type(exc)),
+            param=_param_of(exc),
         )
 
     def is_a(self, error_class: ErrorClass) -> bool:
@@ -234,3 +238,8 @@ class AbortResult(msgspec.Struct, kw_only=True):
     success: bool
     error: str | None = None
     outputs: list[OmniRequestOutput] = msgspec.field(default_factory=list)
+
+
+def _param_of(exc: BaseException) -> str | None:
+    param = getattr(exc, "param", None) or getattr(exc, "parameter", None)
+    return param if isinstance(param, str) else None

@@ -1,4 +1,4 @@
-"""``omni config validate|schema``, ``omni plugins list``, ``omni stages``."""
+"""``omni config validate|schema``, ``omni plugins list``, ``omni stages``, ``omni pipelines``."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from omni_core.cli.validate import file_problems
+from omni_core.config.resolve import is_existing_path, resolve_pipeline
 from omni_core.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -39,14 +39,16 @@ def register(app: typer.Typer, state: CliState) -> None:
         problems: list[str] = []
         first: ConfigError | None = None
         for file in files:
-            try:  # every problem of the file, not only those of its first failing phase
-                resolved, error = file_problems(file, state.host)
+            try:
+                resolved = resolve_pipeline(  # a dotted-path bridge is located, not imported
+                    file if is_existing_path(file) else str(file), state.host, import_code=False
+                )
+            except ConfigError as exc:
+                problems.extend(exc.problems)
+                first = first or exc
             except Exception as exc:
                 raise fail(state, exc) from None
-            if error is not None:
-                problems.extend(error.problems)
-                first = first or error
-            if resolved is not None:
+            else:
                 ok = f"{file}: ok ({len(resolved.stages)} stages)"
                 console.print(ok, markup=False, soft_wrap=True)
         if problems:
@@ -93,4 +95,16 @@ def register(app: typer.Typer, state: CliState) -> None:
         table = Table("kind", "plugin", "output", "description")
         for name, kind in sorted(kinds.items()):
             table.add_row(name, providers[name], kind.output_mode, kind.description)
+        console.print(table)
+
+    @app.command("pipelines")
+    def pipelines() -> None:
+        """Registered (named) pipelines."""
+        try:
+            named = state.host.pipelines()
+        except Exception as exc:
+            raise fail(state, exc) from None
+        table = Table("pipeline", "description")
+        for name, spec in sorted(named.items()):
+            table.add_row(name, spec.description)
         console.print(table)

@@ -55,9 +55,8 @@ class OmniEngineBase:
         settings: OmniSettings | None = None,
         plugins: PluginHost | None = None,
     ) -> None:
-        from omni_core.engine.factory import engine_host
-
-        self.settings, self.plugins = engine_host(settings, plugins)
+        self.settings = settings or OmniSettings()
+        self.plugins = plugins or PluginHost.create(self.settings)
         self.pipeline = (
             pipeline
             if isinstance(pipeline, ResolvedPipeline)

@@ -26,7 +26,7 @@ from omni_core.chat import ChatMessage, RenderedPrompt, TextPart
 from omni_core.errors import RequestError
 from omni_core.media import Image, png_bytes
 from omni_core.serve import streams
-from omni_core.serve.bodies import decode_json, parse_body
+from omni_core.serve.bodies import check_json_media_type, decode_json, parse_body
 from omni_core.serve.connections import Drain
 from omni_core.serve.errors import ApiError
 from omni_core.serve.guard import BodyTimeout, BodyTooLarge, Guard, late_body, too_large_body
@@ -40,6 +40,7 @@ from omni_core.serve.responses import (
     gather,
 )
 from omni_core.serve.runs import Admission, ClientGone, Run, all_of, start_runs
+from omni_core.serve.tokenize import tokenizer_router, version_router
 from omni_core.serve.tools import ToolCalling, load_parser
 
 logger = logging.getLogger(__name__)
@@ -118,7 +119,6 @@ def create_app(
     stages = engine.pipeline.stages
     offered = {s.config.final_output_type for s in stages.values() if s.config.final_output}
     first_stage = stages[min(stages)]
-    stage_names = {s.name for s in stages.values()}
     stage_name = first_stage.name
     # An engine kind without a request API (``generate``) is served only by its plugins' routes.
     answers_requests = callable(getattr(engine, "generate", None))
@@ -183,28 +183,14 @@ def create_app(
                 code="unsupported_endpoint",
             )
 
-    def stage_params(
-        overrides: dict[str, Any],
-        extra: dict[str, Any] | None = None,
-        later: dict[str, dict[str, Any]] | None = None,
-    ) -> Any:
-        """The request's fields over the first stage's pipeline defaults, ``later`` (a chat's
-        ``sampling_params``: later stages' fields by name) over theirs, and its request-level
+    def stage_params(overrides: dict[str, Any], extra: dict[str, Any] | None = None) -> Any:
+        """The request's fields over the first stage's pipeline defaults, and its request-level
         ``extra`` (the voice) in every stage's params, validated now."""
-        if not overrides and not extra and not later:
+        if not overrides and not extra:
             return None
-        given: dict[str, Any] = {first_stage.name: overrides} if overrides else {}
-        for name, fields in (later or {}).items():
-            if name == first_stage.name or name not in stage_names:
-                raise ApiError(
-                    400,
-                    f"'sampling_params.{name}': not a later stage of model '{model_id}' (its "
-                    f"later stages: {', '.join(sorted(stage_names - {first_stage.name}))}; "
-                    "the first stage's fields are the request's own)",
-                    param="sampling_params",
-                )
-            given[name] = fields
-        params = given or None  # each merged over its stage's defaults by the engine
+        params = None
+        if overrides:
+            params = {first_stage.name: overrides}  # merged over its defaults by the engine
         if extra:
             return engine.request_params(params, extra=extra)
         engine.stage_params(params)  # RequestError (a 400) before anything starts
@@ -276,7 +262,8 @@ def create_app(
             )
 
     async def body_of(request: Request, model: type[Any]) -> Any:
-        raw = await request.body()
+        raw = await request.body()  # read first: the guard's size and time limits apply
+        check_json_media_type(request)
         return await off_loop(lambda: parse_body(model, decode_json(raw, settings.max_json_depth)))
 
     started = int(time.time())
@@ -323,7 +310,7 @@ def create_app(
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Any:
         body = await body_of(request, ChatCompletionRequest)
-        check_model(body.model)
+        check_model(body.model or model_id)
         assert renderer is not None
         modalities = list(dict.fromkeys(body.modalities or ["text"]))
         check_modalities(modalities)
@@ -339,7 +326,7 @@ def create_app(
                 implied = await off_loop(tools.vllm_adjustments)
         rendered = await off_loop(renderer.render_chat, body.messages, body.chat_options())
         overrides = with_vllm_extras(body, body.overrides(), implied)
-        params = stage_params(overrides, body.request_extra(), body.stage_fields())
+        params = stage_params(overrides, body.request_extra())
         top = body.num_logprobs()
         reply = AudioReply.of(modalities, body.audio.format if body.audio else "wav")
         # audio alone still runs the text stage: its text is the audio's transcript
@@ -385,7 +372,7 @@ def create_app(
     @app.post("/v1/completions")
     async def completions(request: Request) -> Any:
         body = await body_of(request, CompletionRequest)
-        check_model(body.model)
+        check_model(body.model or model_id)
         assert renderer is not None
         if "text" not in offered:
             raise ApiError(400, f"model '{model_id}' does not produce text", param="model")
@@ -490,6 +477,13 @@ def create_app(
             lambda: [{"b64_json": base64.b64encode(png_bytes(im)).decode()} for im in images]
         )
         return {"created": int(time.time()), "data": data}
+
+    app.include_router(version_router())
+    tokens = tokenizer_router(
+        renderer, lambda model: check_model(model or model_id), settings.max_json_depth
+    )
+    if tokens is not None:
+        app.include_router(tokens)
 
     from omni_core.plugin.hooks import PluginHost
 

@@ -28,6 +28,19 @@ def decode_json(raw: bytes, max_depth: int) -> dict[str, Any]:
     return data
 
 
+def check_json_media_type(request: Any) -> None:
+    """A request body must be sent as JSON (vLLM 0.32's ``validate_json_request``: the same 400
+    for any other ``Content-Type``, a missing one included)."""
+    media_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if media_type != "application/json":
+        raise ApiError(
+            400,
+            "Unsupported Media Type: Only 'application/json' is allowed (Content-Type: "
+            f"{media_type or 'none'})",
+            code="unsupported_media_type",
+        )
+
+
 def _depth(value: Any, limit: int) -> int:
     """Nesting depth of decoded JSON, stopping once past ``limit`` (iterative: no recursion)."""
     deepest = 0

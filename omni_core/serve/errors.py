@@ -8,6 +8,7 @@ from fastapi.responses import JSONResponse
 
 from omni_core.errors import StageUnavailableError
 from omni_core.outputs import ErrorInfo
+from omni_core.sampling import VLLM_SAMPLING_EXTRAS
 
 
 class ApiError(Exception):
@@ -52,6 +53,10 @@ _CLIENT_ERROR_TYPES = {
 }
 
 
+# A stage's error names vLLM's field (``SamplingParams``); the request's field is this one.
+_REQUEST_FIELD = {vllm: name for name, vllm in VLLM_SAMPLING_EXTRAS.items() if vllm != name}
+
+
 def from_error_info(error: ErrorInfo) -> ApiError:
     """A request-scoped engine failure as an HTTP error: a :class:`StageUnavailableError` (a
     replica death included) is 503 ``service_unavailable``, a 4xx is the caller's, else 5xx."""
@@ -59,5 +64,6 @@ def from_error_info(error: ErrorInfo) -> ApiError:
         return ApiError(503, error.message, "service_unavailable", code=error.type)
     if 400 <= error.status_code < 500:
         kind = _CLIENT_ERROR_TYPES.get(error.status_code, "invalid_request_error")
-        return ApiError(error.status_code, error.message, kind, code=error.type)
+        param = _REQUEST_FIELD.get(error.param or "", error.param)
+        return ApiError(error.status_code, error.message, kind, param=param, code=error.type)
     return ApiError(error.status_code, error.message, "server_error", code=error.type)

@@ -118,29 +118,10 @@ class AudioOptions(_Body):
     format: Literal["wav", "pcm16"] = "wav"
 
 
-MAX_STAGE_TOKENS = 4096  # a later stage's max_tokens (a talker's frames: transformers' default cap)
-
-
-class StageSampling(_Body):
-    """The sampling fields a chat request may set for a later stage of the pipeline (its
-    ``sampling_params``, by stage name: e.g. a talker's ``max_tokens``, the spoken length in
-    codec frames), merged over that stage's pipeline defaults; ranges as the first stage's."""
-
-    max_tokens: int | None = Field(default=None, ge=1, le=MAX_STAGE_TOKENS)
-    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
-    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
-    top_k: int | None = Field(default=None, ge=-1)
-    repetition_penalty: float | None = Field(default=None, gt=0.0)
-    seed: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1)
-
-    def fields(self) -> dict[str, Any]:
-        return self.model_dump(exclude_none=True)
-
-
 class _Sampling(_Body):
     """The sampling fields both text routes share (OpenAI's, plus vLLM's extras)."""
 
-    model: str
+    model: str | None = None  # omitted: the served model (vLLM's)
     stream: bool = False
     stream_options: StreamOptions | None = None
     max_tokens: int | None = Field(default=None, ge=1)
@@ -357,8 +338,6 @@ class ChatCompletionRequest(_Sampling):
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
     modalities: list[Literal["text", "audio"]] | None = Field(default=None, min_length=1)
     audio: AudioOptions | None = None
-    # later stages' sampling fields by stage name (omni-core's; vllm-omni has a per-stage list)
-    sampling_params: dict[str, StageSampling] | None = None
     # vLLM's chat extras
     add_generation_prompt: bool = True
     continue_final_message: bool = False
@@ -432,10 +411,6 @@ class ChatCompletionRequest(_Sampling):
         if field is not None:  # what the vllm stage's grammar errors name (omni_core.grammar)
             out[GRAMMAR_FIELD] = field
         return out or None
-
-    def stage_fields(self) -> dict[str, dict[str, Any]]:
-        """``sampling_params``: later stages' fields (those the request set) by stage name."""
-        return {name: s.fields() for name, s in (self.sampling_params or {}).items()}
 
     def chat_options(self) -> ChatOptions:
         return ChatOptions(

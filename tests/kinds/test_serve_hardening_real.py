@@ -50,8 +50,10 @@ def test_each_trigger_is_a_4xx_and_the_stages_keep_serving(server, stream):
             assert r.status_code == status, (name, r.text)
             assert needle in r.text, (name, r.text)
             assert h.get("/health").status_code == 200, name
-        body = h.post("/v1/chat/completions", content=b'{"a":' * 2000 + b"1" + b"}" * 2000)
-        assert body.status_code == 400
+        deep = b'{"a":' * 2000 + b"1" + b"}" * 2000
+        json_type = {"content-type": "application/json"}
+        body = h.post("/v1/chat/completions", content=deep, headers=json_type)
+        assert body.status_code == 400 and "nests deeper" in body.text
         ok = h.post("/v1/chat/completions", json={**CHAT, "stream": stream})
         assert ok.status_code == 200
     assert pids(engine) == before  # no stage process was replaced

@@ -79,8 +79,9 @@ def test_errors_follow_openai_bodies(server):
             json={"model": "chat-test", "n": 0, "messages": [{"role": "user", "content": "x"}]},
         )
         assert r.status_code == 400 and r.json()["error"]["param"] == "n"
-        r = h.post("/v1/chat/completions", content=b"{not json")
-        assert r.status_code == 400
+        json_type = {"content-type": "application/json"}
+        r = h.post("/v1/chat/completions", content=b"{not json", headers=json_type)
+        assert r.status_code == 400 and "not valid JSON" in r.json()["error"]["message"]
         r = h.post("/v1/images/generations", json={"model": "chat-test", "prompt": "x"})
         assert r.status_code == 400
     r = httpx.post(f"{base}/v1/chat/completions", json={})
