@@ -42,6 +42,14 @@ def test_first_party_plugins_use_only_the_public_api(src: Path):
     assert found == []
 
 
+@pytest.mark.parametrize(
+    "tests", sorted(ROOT.glob("examples/*/tests")), ids=lambda p: p.parent.name
+)
+def test_the_example_plugins_tests_use_only_public_names(tests: Path):
+    """A plugin author copies the example's tests: they import only public names too."""
+    assert public_api_violations(tests, deprecated="error") == []
+
+
 def test_public_modules_exist():
     missing = [m for m in sorted(public_modules()) if importlib.util.find_spec(m) is None]
     assert missing == []

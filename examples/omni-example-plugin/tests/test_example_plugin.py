@@ -12,7 +12,9 @@ import json
 import omni_example_plugin.plugin as example_plugin
 import pytest
 
-from omni_core import PluginHost, SamplingParams
+from omni_core import SamplingParams
+from omni_core.cli import main
+from omni_core.plugin import PluginHost
 from omni_core.testing import prompt_tokens, scripted_token
 
 MIRROR = """
@@ -158,19 +160,13 @@ async def test_observer_counts_terminal_outcomes_by_finish_reason(example, make_
     assert counters[1].snapshot() == {"abort": 1}
 
 
-def test_cli_group_prints_outcome_counts(example):
-    from typer.testing import CliRunner
-
-    from omni_core.cli.app import build_app
-
-    runner = CliRunner()
-    result = runner.invoke(build_app(), ["example", "stats", "-p", "ab", "-p", "cd", "--json"])
-    assert result.exit_code == 0, result.output
-    assert json.loads(result.stdout) == {"stop": 2}
+def test_cli_group_prints_outcome_counts(example, capsys):
+    # omni_core.cli.main(argv) runs an omni command in this process and returns its exit code
+    assert main(["example", "stats", "-p", "ab", "-p", "cd", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"stop": 2}
     # max_tokens=1 cuts "mirror" (length), but the terminal reason is that of the final stage
     # that finished last: "unmirror" got one token and finished with "stop"
-    result = runner.invoke(build_app(), ["example", "stats", "-p", "ab", "--max-tokens", "1"])
-    assert result.exit_code == 0 and result.stdout == "stop\t1\n"
-    result = runner.invoke(build_app(), ["example", "stats", "-p", "x", "--pipeline", "nope"])
-    assert result.exit_code == 2
-    assert result.stderr.startswith("error: nope: not a pipeline file")
+    assert main(["example", "stats", "-p", "ab", "--max-tokens", "1"]) == 0
+    assert capsys.readouterr().out == "stop\t1\n"
+    assert main(["example", "stats", "-p", "x", "--pipeline", "nope"]) == 2
+    assert capsys.readouterr().err.startswith("error: nope: not a pipeline file")
