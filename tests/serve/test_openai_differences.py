@@ -190,3 +190,17 @@ def test_a_stage_errors_parameter_is_the_request_field():
     info = ErrorInfo.from_exception(RequestError("bad", param="prompt"), 400)
     assert from_error_info(info).param == "prompt"
     assert from_error_info(ErrorInfo.from_exception(ValueError("x"), 400)).param is None
+
+
+def test_a_stage_errors_message_naming_a_field_first_gives_the_param():
+    def param(message: str, status: int = 400) -> str | None:
+        error = ErrorInfo(type="ValueError", message=message, status_code=status)
+        return from_error_info(error).param
+
+    # vLLM's own wording of checks it raises without a parameter
+    assert param("min_tokens must be greater than or equal to 0, got -1.") == "min_tokens"
+    assert param("bad_words cannot contain an empty string. Got bad_words=['']") == "bad_words"
+    assert param("extra_args must be a mapping") == "vllm_xargs"
+    assert param("n must be 1 when using greedy sampling, got 2.") == "n"
+    assert param("nothing names a field here") is None
+    assert param("min_tokens broke the stage", 500) is None  # a bug is no field's fault
