@@ -2,10 +2,11 @@
 
 :class:`StartupStatus` listens to the engine's start-up steps (:mod:`omni_core.progress`) and
 shows the current one with the seconds it has taken: on a terminal a transient spinner line on
-stderr (refreshed every half second, gone before the answer streams); elsewhere (a pipe, a log)
-a plain line on stderr once the wait has lasted :attr:`StartupStatus.quiet_s`, then at every new
-step and at least every :attr:`StartupStatus.every_s` seconds. A step with a log (a stage's
-worker process) shows that log's last line: what the worker is doing now.
+stderr (its text updated four times a second, gone before the answer streams); elsewhere (a pipe)
+a plain line on stderr once the wait has lasted :attr:`StartupStatus.quiet_s` or a step known to
+be slow began (a model build, a worker process loading), then at every new step and at least
+every :attr:`StartupStatus.every_s` seconds. A step with a log (a stage's worker process) shows
+that log's last line: what the worker is doing now.
 """
 
 from __future__ import annotations
@@ -58,15 +59,23 @@ class StartupStatus:
     every_s = 5.0  # plain mode: at least one line this often
     tick_s = 0.25
 
-    def __init__(self, title: str, *, until: int | None = None, console: Console | None = None):
+    def __init__(
+        self,
+        title: str,
+        *,
+        first_step: str = "loading the pipeline",
+        until: int | None = None,
+        console: Console | None = None,
+    ) -> None:
         self.title = title
         self.until = until
         self.console = console or Console(stderr=True)
         self.started = time.monotonic()
-        self.what = "loading the pipeline"
+        self.what = first_step
         self.detail = ""
         self.log_path: Path | None = None
         self.replicas_started = 0
+        self.slow_step = False  # a step known to take long began: plain mode need not wait
         self._lock = threading.Lock()
         self._done = threading.Event()
         self._thread: threading.Thread | None = None
@@ -83,6 +92,8 @@ class StartupStatus:
             self.detail = event.detail
             if event.log_path is not None:
                 self.log_path = event.log_path
+            if not event.done and (event.step == "model" or event.log_path is not None):
+                self.slow_step = True  # a model build, a worker process: say so at once
             if event.done:
                 self.log_path = None
                 if event.step == "stage":
@@ -120,7 +131,7 @@ class StartupStatus:
                 self._status.update(text)
                 continue
             now = time.monotonic()
-            if now - self.started < self.quiet_s:
+            if now - self.started < self.quiet_s and not self.slow_step:
                 continue
             step = self.state()[0]
             if step != self._printed or now - self._last_print >= self.every_s:

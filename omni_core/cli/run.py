@@ -176,7 +176,8 @@ def register(app: typer.Typer, state: CliState) -> None:
             if raw and system:
                 raise RequestError("--system needs the chat template (drop --raw)")
             # models build and stages start: a status line says which and for how long
-            with StartupStatus(f"omni run {config.name}"):
+            first = "starting" if raw else "loading the first stage's tokenizer and chat template"
+            with StartupStatus(f"omni run {config.name}", first_step=first):
                 if not raw:  # rendered now: a prompt the first stage cannot take starts no stage
                     prompt = render(resolved, state.settings, prompt_text, system, media)
                 engine = create_engine(config, settings=state.settings, plugins=state.host)

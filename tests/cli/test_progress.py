@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import time
 import types
 import warnings
 from pathlib import Path
@@ -29,12 +30,13 @@ stages:
      engine_args: {num_tokens: 2, start_delay_s: 2.5}, final_output: true,
      final_output_type: audio}
 """
+KIT = {"OMNI_TESTING_KIT": "1"}  # the scripted kind: the testing kit's
 STATUS = re.compile(r"^omni run slow: (.+) \((\d+)s\)$")
 
 
 def test_a_slow_start_names_the_stage_starting_and_the_seconds(tmp_path):
     (tmp_path / "slow.yaml").write_text(SLOW)
-    result = omni("run", str(tmp_path / "slow.yaml"), "-o", str(tmp_path / "out"))
+    result = omni("run", str(tmp_path / "slow.yaml"), "-o", str(tmp_path / "out"), env=KIT)
     assert result.returncode == 0, result.stderr
     lines = [STATUS.match(line) for line in result.stderr.splitlines()]
     assert lines and all(lines), result.stderr  # only status lines on stderr
@@ -45,7 +47,7 @@ def test_a_slow_start_names_the_stage_starting_and_the_seconds(tmp_path):
 
 def test_a_fast_start_prints_no_status_on_a_pipe(tmp_path):
     example = Path(__file__).resolve().parents[2] / "examples" / "scripted-chain.yaml"
-    result = omni("run", str(example), "-o", str(tmp_path))
+    result = omni("run", str(example), "-o", str(tmp_path), env=KIT)
     assert result.returncode == 0 and result.stderr == ""
 
 
@@ -62,6 +64,22 @@ def test_the_status_line_shows_the_workers_last_log_line(tmp_path):
         text,
     ), text
     assert last_line(tmp_path / "missing.log") == ""
+
+
+def test_a_model_build_or_a_worker_process_is_said_at_once_on_a_pipe(capsys):
+    for step, what, log in (
+        ("model", "model toy", None),
+        ("stage", "stage 't' replica 0", Path("/nonexistent.log")),
+    ):
+        with StartupStatus("omni run x") as status:
+            status.quiet_s = 3600.0  # no waiting out the quiet period: the step itself counts
+            report(step, what, "busy", log_path=log)
+            for _ in range(200):  # a few ticks of the status thread
+                if capsys.readouterr().err:
+                    break
+                time.sleep(0.05)
+            else:
+                pytest.fail(f"no status line for {what}")
 
 
 def test_serves_status_ends_once_every_replica_started():
