@@ -58,13 +58,21 @@ def shown(name: str, console: Any) -> Iterator[None]:
 
     if not console.is_terminal:
         line("started")
-        with reporting(line):
-            yield
+        try:
+            with reporting(line):
+                yield
+        except BaseException:
+            line("failed")
+            raise
         line("done")
         return
     columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=True) as bar:
-        task = bar.add_task(f"bench {name}: started", total=None)
-        with reporting(lambda text: bar.update(task, description=f"bench {name}: {text}")):
-            yield
-    console.print(f"bench {name}: {time.monotonic() - start:.0f} s", markup=False)
+    outcome = "failed after"
+    try:
+        with Progress(*columns, console=console, transient=True) as bar:
+            task = bar.add_task(f"bench {name}: started", total=None)
+            with reporting(lambda text: bar.update(task, description=f"bench {name}: {text}")):
+                yield
+        outcome = "done in"
+    finally:
+        console.print(f"bench {name}: {outcome} {time.monotonic() - start:.0f} s", markup=False)

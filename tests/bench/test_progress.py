@@ -46,6 +46,18 @@ def test_shown_writes_a_line_per_phase_when_not_on_a_terminal():
     assert all(line.endswith(" s)") for line in lines)
 
 
+def test_shown_says_when_a_benchmark_failed():
+    for terminal in (False, True):
+        out = io.StringIO()
+        console = Console(file=out, force_terminal=terminal, width=200)
+        try:
+            with progress.shown("demo", console):
+                raise RuntimeError("crashed")
+        except RuntimeError:
+            pass
+        assert "bench demo: failed" in out.getvalue(), terminal
+
+
 def test_omni_bench_quick_shows_progress_and_labels_its_figures(capsys):
     assert main(["bench", "hop", "--quick"]) == 0
     captured = capsys.readouterr()
