@@ -155,8 +155,9 @@ class StartupStatus:
 
 @contextmanager
 def held_logs() -> Iterator[None]:
-    """Log records emitted while the block runs (an answer streams) are held and handed to the
-    root logger's handlers after it, so that no warning lands in the middle of the answer."""
+    """Log records (and Python warnings) emitted while the block runs (an answer streams) are
+    held and handed to the root logger's handlers after it: no warning lands in the middle of
+    the answer."""
     root = logging.getLogger()
     handlers = list(root.handlers)
     if not handlers:
@@ -172,9 +173,11 @@ def held_logs() -> Iterator[None]:
     for handler in handlers:
         root.removeHandler(handler)
     root.addHandler(hold)
+    logging.captureWarnings(True)  # Python warnings too (logger py.warnings)
     try:
         yield
     finally:
+        logging.captureWarnings(False)
         root.removeHandler(hold)
         for handler in handlers:
             root.addHandler(handler)

@@ -96,10 +96,13 @@ def test_log_lines_emitted_while_an_answer_streams_come_after_it(capsys):
     handler = logging.StreamHandler()  # writes to capsys's stderr
     root.addHandler(handler)
     try:
-        with held_logs():
+        with warnings.catch_warnings(), held_logs():
+            warnings.simplefilter("always")
             logging.getLogger("omni_core.orchestrator.watchdog").warning("loop blocked")
+            warnings.warn_explicit("odd thing", UserWarning, "lib.py", 3)
             assert capsys.readouterr().err == ""  # held while the answer streams
-        assert capsys.readouterr().err == "loop blocked\n"
+        err = capsys.readouterr().err
+        assert err.startswith("loop blocked\nlib.py:3: UserWarning: odd thing"), err
         assert root.handlers[-1] is handler
     finally:
         root.removeHandler(handler)

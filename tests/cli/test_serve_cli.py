@@ -3,6 +3,12 @@ serves the same pipeline ``omni run`` runs (issue 41)."""
 
 from __future__ import annotations
 
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
 import types
 
 import pytest
@@ -49,3 +55,54 @@ def test_serve_and_run_default_to_the_same_pipeline(
     code, _, err = run_cli("serve")
     assert code == 0, err
     assert served == ["favourite" if marked else "tiny-omni"]
+
+
+SLOW = """name: slow
+stages:
+  - {id: 0, name: a, kind: scripted, engine_args: {start_delay_s: 2.5}, final_output: true}
+"""
+
+
+def test_serve_says_what_starts_until_it_serves(tmp_path):
+    """On a pipe: a status line naming the stage that starts and the seconds, then the server's
+    own 'serving' line, and no status line after it."""
+    from tests.serve.conftest import free_port
+
+    (tmp_path / "slow.yaml").write_text(SLOW)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OMNI_")}
+    env["OMNI_TESTING_KIT"] = "1"  # the scripted kind
+    port = free_port()
+    args = ["serve", str(tmp_path / "slow.yaml"), "--port", str(port)]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "omni_core.cli", *args],
+        env=env,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+    )
+    lines: list[str] = []
+    deadline = threading.Timer(60, proc.kill)  # a server that never says 'serving' ends the read
+    deadline.start()
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:  # bounded by the timeout below
+            lines.append(line.rstrip("\n"))
+            if "serving slow on http://" in line:
+                break
+    finally:
+        deadline.cancel()
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    serving = next((i for i, line in enumerate(lines) if "serving slow on http://" in line), None)
+    assert serving is not None, lines
+    status = [line for line in lines[:serving] if line.startswith("omni serve slow: ")]
+    assert any(
+        re.fullmatch(
+            r"omni serve slow: stage 'a' \(id 0\) replica 0: starting \(scripted\) \(\d+s\)", s
+        )
+        for s in status
+    ), lines
