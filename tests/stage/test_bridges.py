@@ -18,12 +18,22 @@ from omni_core.extend import AudioChunk, LocalStageClient, StageRequest
 from omni_core.plugin import PLUGIN_API_VERSION, PluginHost, StageKind, hookimpl
 
 VOICE = textwrap.dedent("""
+    import threading
+
     import numpy as np
     from omni_core.extend import AudioChunk
+
+    HEARD_FIRST = threading.Event()  # set by the downstream kind when the first chunk arrives
+    WAITED: list[bool] = []
 
     def speak(prompt, params):
         for i in range(3):
             yield AudioChunk(np.full(4 + i, i / 10, dtype=np.float32), 16000)
+
+    def speak_then_wait(prompt, params):
+        yield AudioChunk(np.zeros(4, dtype=np.float32), 16000)
+        WAITED.append(HEARD_FIRST.wait(20))  # True only if chunk 1 arrived while we wait
+        yield AudioChunk(np.zeros(5, dtype=np.float32), 16000)
 """)
 
 
@@ -125,6 +135,25 @@ async def test_a_stream_edge_carries_each_audio_chunk_into_a_plugin_kind(
     # a hook tells the vocoder's outputs are audio by their type
     assert [t for _, sid, t in seen if sid == 0] == ["audio", "audio", "audio", None]
     assert [t for _, sid, t in seen if sid == 1][:3] == ["text"] * 3
+
+
+async def test_the_downstream_kind_hears_each_chunk_as_it_is_yielded(make_engine, voice):
+    """The vocoder yields its first chunk, then waits until the downstream kind heard it: with
+    the python kind one item late (before), the chunk stayed with the vocoder meanwhile."""
+    import voice_engine
+
+    class Hearing(list):
+        def append(self, chunk: Any) -> None:
+            super().append(chunk)
+            voice_engine.HEARD_FIRST.set()
+
+    heard = Hearing()
+    text = pipeline("bridge: audio,").replace("voice_engine:speak", "voice_engine:speak_then_wait")
+    engine = make_engine(text, plugins=host(heard, [], None))
+    outs = [o async for o in engine.generate("hi")]
+    assert voice_engine.WAITED == [True]
+    assert [len(c.samples) for c in heard] == [4, 5]
+    assert outs[-1].finished and outs[-1].error is None
 
 
 async def test_payload_only_upstream_on_the_default_bridge_fails_naming_the_bridge(
