@@ -29,16 +29,25 @@ ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 LINE_CHARS = 100  # a log line is cut to this many characters
 
 
-def last_line(path: Path | None, limit: int = 8192) -> str:
-    """The last non-empty line of ``path`` (its final ``limit`` bytes read), without ANSI
-    codes, cut to :data:`LINE_CHARS`; empty when there is none."""
+def log_size(path: Path | None) -> int:
+    """How many bytes ``path`` holds now (0 if it does not exist)."""
+    try:
+        return path.stat().st_size if path is not None else 0
+    except OSError:
+        return 0
+
+
+def last_line(path: Path | None, start: int = 0, limit: int = 8192) -> str:
+    """The last non-empty line ``path`` got past byte ``start`` (a log is appended to: what an
+    earlier run wrote is not news; at most the final ``limit`` bytes read), without ANSI codes,
+    cut to :data:`LINE_CHARS`; empty when there is none."""
     if path is None:
         return ""
     try:
         with open(path, "rb") as file:
             file.seek(0, 2)
             size = file.tell()
-            file.seek(max(0, size - limit))
+            file.seek(max(start, size - limit))
             text = file.read().decode(errors="replace")
     except OSError:
         return ""
@@ -55,7 +64,7 @@ class StartupStatus:
     ``until``: the number of stage replicas whose start ends the wait (``omni serve``: every
     replica of the pipeline; None: the block's end)."""
 
-    quiet_s = 1.0  # plain mode: nothing before the wait lasts this long (a fast start is silent)
+    quiet_s = 0.5  # plain mode: nothing before the wait lasts this long (a fast start is silent)
     every_s = 5.0  # plain mode: at least one line this often
     tick_s = 0.25
 
@@ -74,6 +83,7 @@ class StartupStatus:
         self.what = first_step
         self.detail = ""
         self.log_path: Path | None = None
+        self.log_start = 0  # the log's size when the step began: older lines are an old run's
         self.replicas_started = 0
         self.slow_step = False  # a step known to take long began: plain mode need not wait
         self._lock = threading.Lock()
@@ -90,8 +100,8 @@ class StartupStatus:
             if event.what != self.what:
                 self.what, self.log_path = event.what, None
             self.detail = event.detail
-            if event.log_path is not None:
-                self.log_path = event.log_path
+            if event.log_path is not None and event.log_path != self.log_path:
+                self.log_path, self.log_start = event.log_path, log_size(event.log_path)
             if not event.done and (event.step == "model" or event.log_path is not None):
                 self.slow_step = True  # a model build, a worker process: say so at once
             if event.done:
@@ -105,12 +115,12 @@ class StartupStatus:
         """(current step, its log's last line, seconds since the wait began)."""
         with self._lock:
             step = f"{self.what}: {self.detail}" if self.detail else self.what
-            log_path = self.log_path
-        return step, last_line(log_path), time.monotonic() - self.started
+            log_path, start = self.log_path, self.log_start
+        return step, last_line(log_path, start), time.monotonic() - self.started
 
-    def line(self) -> str:
-        """The status text now: title, current step (with its log's last line), elapsed."""
-        step, tail, elapsed = self.state()
+    def line(self, state: tuple[str, str, float] | None = None) -> str:
+        """The status text (now, or of ``state``): title, step, its log's last line, elapsed."""
+        step, tail, elapsed = state or self.state()
         return f"{self.title}: {step}" + (f" | {tail}" if tail else "") + f" ({elapsed:.0f}s)"
 
     # --- display --------------------------------------------------------------------------------
@@ -126,16 +136,16 @@ class StartupStatus:
 
     def _tick(self) -> None:
         while not self._done.wait(self.tick_s):
-            text = self.line()
+            state = self.state()
             if self._status is not None:
-                self._status.update(text)
+                self._status.update(self.line(state))
                 continue
             now = time.monotonic()
             if now - self.started < self.quiet_s and not self.slow_step:
                 continue
-            step = self.state()[0]
+            step = state[0]
             if step != self._printed or now - self._last_print >= self.every_s:
-                print(text, file=sys.stderr, flush=True)
+                print(self.line(state), file=sys.stderr, flush=True)
                 self._printed, self._last_print = step, now
         self._stop_display()
 

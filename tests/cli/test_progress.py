@@ -53,10 +53,13 @@ def test_a_fast_start_prints_no_status_on_a_pipe(tmp_path):
 
 def test_the_status_line_shows_the_workers_last_log_line(tmp_path):
     log = tmp_path / "stage.log"
-    log.write_text("INFO loading weights\n\x1b[32mINFO compiling graph 3/7\x1b[0m\n\n")
+    log.write_text("INFO an earlier run's last line\n")  # stage logs are appended to
     status = StartupStatus("omni run x")
     with status:
         report("stage", "stage 't' replica 0", "loading in its worker process", log_path=log)
+        assert "earlier run" not in status.line()
+        with log.open("a") as file:
+            file.write("INFO loading weights\n\x1b[32mINFO compiling graph 3/7\x1b[0m\n\n")
         text = status.line()
     assert re.fullmatch(
         r"omni run x: stage 't' replica 0: loading in its worker process \| "
