@@ -4,10 +4,14 @@ while the transcript is still coming, the speech metrics are observed, and a non
 still gets one whole WAV. The thinker is held to ``TOKENS`` tokens (``min_tokens``), the talker
 follows it a token behind, token2wav voices its first chunk after 36 codes (the pipeline's 12 +
 24 of right context): the tiny thinker on vLLM outruns the talker, so its reply must be long
-enough for the talker's first 36 codes to be voiced before it ends."""
+enough for the talker's first 36 codes to be voiced before it ends.
+
+A seeded request speaks the same bytes twice: the request's seed reaches the talker (its codes)
+and token2wav (its DiT noise), not the thinker alone."""
 
 from __future__ import annotations
 
+import base64
 import itertools
 
 import pytest
@@ -35,3 +39,24 @@ def test_audio_deltas_arrive_before_the_last_transcript_delta(served):
     assert kinds.count("audio") > 1 and len(pcm) % 2 == 0
     assert metrics.registry.get_sample_value("omni_time_to_first_audio_seconds_count") >= 1
     assert metrics.registry.get_sample_value("omni_audio_rtf_count") >= 1
+
+
+def test_a_seeded_request_speaks_the_same_bytes_twice(served):
+    client, _ = served
+
+    def wav(seed: int) -> bytes:
+        reply = client.chat.completions.create(
+            model="qwen2.5-omni",
+            messages=CHAT,
+            modalities=["text", "audio"],
+            audio={"voice": "Chelsie", "format": "wav"},
+            max_tokens=8,
+            seed=seed,
+        )
+        audio = reply.choices[0].message.audio
+        assert audio is not None, reply
+        return base64.b64decode(audio.data)
+
+    first = wav(7)  # the talker samples (temperature 0.9), token2wav draws noise
+    assert len(first) > 44 and wav(7) == first
+    assert wav(8) != first
