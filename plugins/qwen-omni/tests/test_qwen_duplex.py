@@ -358,22 +358,43 @@ def test_omni_duplex_talk_over_url(served, tmp_path):
 def test_a_spoken_reply_streams_an_audio_delta_per_token2wav_chunk(served):
     """Streamed token2wav (issue 27): one ``response.output_audio.delta`` per token2wav chunk, the
     first while the thinker's text deltas still come. Whole-utterance audio would be one delta
-    after the talker's last code (measured so: 424 text deltas, then 1 audio delta)."""
+    after the talker's last code (measured so: 424 text deltas, then 1 audio delta).
+
+    Deterministic (issue 41: once 1 delta under load): the thinker is greedy and here the talker
+    and token2wav are seeded, so the reply's codes, and with them its token2wav chunks (fixed
+    sizes, whatever the timing), are the same in every run; an unseeded talker could sample its
+    stop code before a second chunk's codes."""
+    import msgspec
+
     audio, text = "response.output_audio.delta", "response.output_text.delta"
     kinds: list[str] = []
-    with served[0].realtime.connect(model="qwen2.5-omni-duplex") as conn:
-        conn.recv()
-        conn.session.update(session={**NO_VAD, "max_output_tokens": 450})  # a long reply
-        until(conn, "session.updated")
-        conn.conversation.item.create(item=user("Tell me about the sea."))
-        conn.response.create()
-        done = False
-        while kinds.count(audio) < 2 and not done:  # two chunks will do: the rest is cancelled
-            kinds.append(conn.recv().type)
-            done = kinds[-1] in ("response.done", "error")
-        if not done:
-            conn.response.cancel()
-            until(conn, "response.done")
+    model = served[1].orchestrator.sessions.model
+    plan = model.plan_response
+
+    def seeded(context: Any) -> Any:
+        result = plan(context)
+        params = result.params
+        params[1] = msgspec.structs.replace(params[1], seed=3)  # talker
+        params[2] = msgspec.structs.replace(params[2], seed=7)  # token2wav
+        return result
+
+    model.plan_response = seeded
+    try:
+        with served[0].realtime.connect(model="qwen2.5-omni-duplex") as conn:
+            conn.recv()
+            conn.session.update(session={**NO_VAD, "max_output_tokens": 450})  # a long reply
+            until(conn, "session.updated")
+            conn.conversation.item.create(item=user("Tell me about the sea."))
+            conn.response.create()
+            done = False
+            while kinds.count(audio) < 2 and not done:  # two chunks will do: the rest is cancelled
+                kinds.append(conn.recv().type)
+                done = kinds[-1] in ("response.done", "error")
+            if not done:
+                conn.response.cancel()
+                until(conn, "response.done")
+    finally:
+        model.plan_response = plan
     runs = [(k, len(list(g))) for k, g in itertools.groupby(kinds) if k in (audio, text)]
     assert kinds.count(audio) >= 2, runs  # per chunk, not one per reply
     assert text in kinds[kinds.index(audio) :], runs  # speech while the thinker still replies
