@@ -114,3 +114,28 @@ def of_type(kind: str):
 async def stage_running(engine) -> list[str]:
     states = await engine.collective_rpc("get_state")
     return sorted(r for s in states for r in s["running"])
+
+
+class Refusing:
+    """The scripted thinker refuses (400, as vLLM past ``max_model_len``) any conversation that
+    holds a turn longer than ``limit`` characters: the model plug re-sends the history."""
+
+    def __init__(self, engine, limit: int = 100) -> None:
+        import msgspec
+
+        self.plans = []
+        model = engine.orchestrator.sessions.model
+        plan = model.plan_response
+
+        def refusing_plan(context):
+            result = plan(context)
+            texts = [h["text"] for h in context.history] + [t.text for t in context.turns]
+            self.plans.append(texts)
+            if any(len(t) > limit for t in texts):
+                fault = {"fail_after": 0, "status": 400, "stages": ["thinker"]}
+                first = result.params[0]
+                extra = {**first.extra, "scripted": fault}
+                result.params[0] = msgspec.structs.replace(first, extra=extra)
+            return result
+
+        model.plan_response = refusing_plan

@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 import json
 
-from duplex_helpers import of_type, until
+from duplex_helpers import Refusing, of_type, until
 from fake_socket import FakeSocket
 
 from omni_duplex import protocol as P
@@ -196,33 +196,6 @@ async def test_an_idle_connection_is_closed_after_idle_ttl(duplex):
     assert events[-1]["reason"] == "idle_timeout"
     await ws.task
     assert ws.close_code == 1000 and engine.session_count() == 0
-
-
-class Refusing:
-    """The scripted thinker refuses (400, as vLLM past ``max_model_len``) any conversation that
-    holds a turn longer than ``limit`` characters: the model plug re-sends the history."""
-
-    def __init__(self, engine, limit: int = 100) -> None:
-        import msgspec
-
-        self.plans = []
-        model, plan = (
-            engine.orchestrator.sessions.model,
-            engine.orchestrator.sessions.model.plan_response,
-        )
-
-        def refusing_plan(context):
-            result = plan(context)
-            texts = [h["text"] for h in context.history] + [t.text for t in context.turns]
-            self.plans.append(texts)
-            if any(len(t) > limit for t in texts):
-                fault = {"fail_after": 0, "status": 400, "stages": ["thinker"]}
-                first = result.params[0]
-                extra = {**first.extra, "scripted": fault}
-                result.params[0] = msgspec.structs.replace(first, extra=extra)
-            return result
-
-        model.plan_response = refusing_plan
 
 
 async def test_a_refused_turn_fails_alone_and_later_turns_work(duplex):

@@ -183,36 +183,49 @@ async def test_exactly_one_terminal_per_session_under_random_disconnects(duplex)
 
 async def test_one_client_reconnecting_holds_at_most_its_cap(duplex):
     """Issue 34 item 2: each connection without ``session_id`` opens a session that stays
-    (detached) for ``disconnect_grace_s``; one client reconnecting cannot take every slot: past
-    ``max_sessions_per_client`` its next connection gets one retryable error (with when its
-    first detached session expires) and other clients still get sessions."""
+    (detached) for ``disconnect_grace_s``; one client reconnecting cannot take every slot: at
+    ``max_sessions_per_client`` its oldest detached session is closed for the new one, and with
+    all of them connected the next is refused (retryable). Other clients are served; a full
+    server says when its first detached session expires (``retry_after_s``)."""
     from fake_socket import FakeSocket
 
     engine = duplex(
-        section="{model: test-voice, max_sessions: 6, max_sessions_per_client: 2, "
+        section="{model: test-voice, max_sessions: 4, max_sessions_per_client: 2, "
         "idle_ttl_s: 60, disconnect_grace_s: 30, cleanup_retry_s: 0.05}"
     )
-    held = []
-    for _ in range(2):
-        ws = FakeSocket(client="10.0.0.7").start(engine)
-        held.append((await ws.recv())["session"]["id"])
+    sessions = engine.orchestrator.sessions.sessions
+
+    async def connect(client: str) -> tuple[FakeSocket, dict]:
+        ws = FakeSocket(client=client).start(engine)
+        return ws, await ws.recv()
+
+    def held(client: str) -> list[str]:
+        return sorted(r.id for r in sessions.values() if r.client == client and r.state == "open")
+
+    ids = []
+    for _ in range(6):  # reconnecting without resuming, 6 times
+        ws, created = await connect("10.0.0.7")
+        assert created["type"] == "session.created", created
+        ids.append(created["session"]["id"])
         await ws.stop()  # a disconnect: the session is detached, kept for a resume
-    ws = FakeSocket(client="10.0.0.7").start(engine)
-    refused = await ws.recv()
+        assert len(held("10.0.0.7")) <= 2
+    await asyncio.sleep(0.05)
+    assert held("10.0.0.7") == sorted(ids[-2:]) and engine.session_count() == 2
+    live = [await connect("10.0.0.7") for _ in range(2)]  # the two detached ones make room
+    assert held("10.0.0.7") == sorted(created["session"]["id"] for _, created in live)
+    ws, refused = await connect("10.0.0.7")  # both connected: refused
     await ws.task
     assert refused["type"] == "error" and ws.close_code == 1013, refused
     error = refused["error"]
     assert error["code"] == "client_session_limit" and error["retryable"], error
-    assert "max_sessions_per_client (2)" in error["message"] and "2 detached" in error["message"]
-    assert 0 < error["retry_after_s"] <= 30 and error["type"] == "rate_limit_error"
-    assert engine.session_count() == 2
-    other = FakeSocket(client="10.0.0.8").start(engine)  # everyone else is served
-    assert (await other.recv())["type"] == "session.created"
-    # the client resumes what it holds (no new session), and in-process sessions are not counted
-    resumed = FakeSocket({"session_id": held[0], "generation": "0"}, client="10.0.0.7")
-    resumed.start(engine)
-    resumed.send({"type": "session.update", "session": {"instructions": "back"}})
-    assert (await resumed.recv())["type"] == "session.updated"
-    assert (await engine.open_session()).id and engine.session_count() == 4
-    await other.stop()
-    await resumed.stop()
+    assert "max_sessions_per_client (2)" in error["message"] and error["type"] == "rate_limit_error"
+    other, created = await connect("10.0.0.8")  # everyone else is served
+    assert created["type"] == "session.created"
+    gone, _ = await connect("10.0.0.9")
+    await gone.stop()
+    ws, full = await connect("10.0.0.10")  # the server is full: when to retry
+    await ws.task
+    assert full["error"]["code"] == "resource_exhausted", full
+    assert 0 < full["error"]["retry_after_s"] <= 30
+    for ws, _ in [*live, (other, None)]:
+        await ws.stop()

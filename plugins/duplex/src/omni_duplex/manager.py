@@ -114,10 +114,19 @@ class SessionManager:
             raise DuplexError("session_exists", f"session '{sid}' already exists")
         if len(self.sessions) >= self.section.max_sessions:
             logger.info("duplex: refused session %s: %d sessions", sid, len(self.sessions))
+            now = time.monotonic()
+            ends = [  # when the first detached session expires, if any is
+                r.lease.detached_at + r.lease.disconnect_grace_s - now
+                for r in self.sessions.values()
+                if r.state == "open" and r.lease.detached_at is not None
+            ]
+            retry = round(max(0.0, min(ends)), 1) if ends else None
+            hint = f"; a detached one expires in {retry} s" if retry is not None else ""
             raise DuplexError(
                 "resource_exhausted",
-                f"the server is at its limit of {self.section.max_sessions} sessions",
+                f"the server is at its limit of {self.section.max_sessions} sessions{hint}",
                 retryable=True,
+                retry_after_s=retry,
             )
         if msg.client is not None:
             self._check_client(msg.client)
@@ -141,34 +150,27 @@ class SessionManager:
         return self._result(runner)
 
     def _check_client(self, client: str) -> None:
-        """``max_sessions_per_client``: a client (peer address) holds at most that many
-        sessions, detached and closing ones included, so that reconnecting without resuming
-        cannot take every slot. Over it: retryable, with when its first detached one expires."""
+        """``max_sessions_per_client``: a client (peer address) holds at most that many open
+        sessions, detached ones included, so that reconnecting without resuming cannot take
+        every slot. At the cap its oldest detached session is closed for the new one
+        (``session.expired``, reason ``client_session_limit``); with none detached, the new one
+        is refused (retryable)."""
         cap = self.section.max_sessions_per_client
-        held = [r for r in self.sessions.values() if r.client == client]
+        held = [r for r in self.sessions.values() if r.client == client and r.state == "open"]
         if cap is None or len(held) < cap:
             return
-        now = time.monotonic()
-        ends = [
-            r.lease.detached_at + r.lease.disconnect_grace_s - now
-            for r in held
-            if r.state == "open" and r.lease.detached_at is not None
-        ]
-        detached = len(ends)
-        retry = max(0.0, min(ends)) if ends else None
-        hint = (
-            f"the first of them expires in {retry:.1f} s (disconnect_grace_s); resume a "
-            "detached session (?session_id=...&generation=N) instead of opening a new one"
-            if retry is not None
-            else "close one first"
-        )
+        detached = [r for r in held if r.lease.detached_at is not None]
+        if detached:
+            oldest = min(detached, key=lambda r: r.lease.detached_at or 0.0)
+            logger.info("duplex: session %s of client %s closed for its new one", oldest.id, client)
+            self.begin_close(oldest.id, P.SESSION_EXPIRED, "client_session_limit")
+            return
         logger.info("duplex: refused a session of client %s: it holds %d", client, len(held))
         raise DuplexError(
             "client_session_limit",
-            f"this client holds {len(held)} sessions ({detached} detached), the limit of "
-            f"max_sessions_per_client ({cap}); {hint}",
+            f"this client holds {len(held)} connected sessions, the limit of "
+            f"max_sessions_per_client ({cap}); close one first",
             retryable=True,
-            retry_after_s=None if retry is None else round(retry, 1),
         )
 
     def _resume(self, msg: ResumeSession) -> ControlResult:

@@ -113,6 +113,9 @@ class SessionRunner:
         self.live_runs: set[str] = set()
         self.submissions: dict[str, list[int]] = {}  # run id -> stage ids submitted
         self._runs = 0
+        # cancelled responses' runs -> the user items they answered: a refusal arriving after
+        # the cancel still takes those items out (bounded: the newest few)
+        self.cancelled_turns: deque[tuple[str, list[str]]] = deque(maxlen=8)
         self.journal: deque[P.DuplexEvent] | None = None  # set while detached
         self.task: asyncio.Task[Any] | None = None
         self.config = self._resolved(config)
@@ -413,6 +416,10 @@ class SessionRunner:
     async def _on_output(self, out: OmniRequestOutput) -> None:
         resp = self.response
         if resp is None or out.request_id != resp.run_id or resp.epoch != self.epoch:
+            if out.error is not None and 400 <= out.error.status_code < 500:
+                for run_id, turns in self.cancelled_turns:  # refused, though cancelled
+                    if run_id == out.request_id:
+                        self._forget(turns, "input_rejected")
             return  # a cancelled or finished response's output: dropped
         if out.error is not None:
             refused = 400 <= out.error.status_code < 500  # the stage refused this input
@@ -491,6 +498,7 @@ class SessionRunner:
         resp = self.response
         assert resp is not None
         self._finish(resp, "cancelled", reason)
+        self.cancelled_turns.append((resp.run_id, resp.turns))
         self.epoch += 1
         if resp.run_id in self.live_runs and not await self.orch.abort_session_runs([resp.run_id]):
             self.error("cancel_failed", "the stage requests could not be aborted", retryable=True)

@@ -65,6 +65,15 @@ def render(
     ``history`` items: ``{"role", "text"}`` plus ``"audio"`` (16 kHz float32) for a spoken user
     turn; ``turns``: the new committed :class:`~omni_duplex.model.UserTurn` s. The newest
     ``max_audio`` spoken turns go in as audio, older ones as :data:`EARLIER_AUDIO`."""
+    return render_items(system, history, turns, max_audio)[0]
+
+
+def render_items(
+    system: str, history: list[dict[str, Any]], turns: list[Any], max_audio: int
+) -> tuple[dict[str, Any], list[list[int]]]:
+    """:func:`render` and where each item starts in it: ``[character offset in the prompt,
+    audio items before it]`` per item (history, then turns), so that the thinker stage can
+    leave the oldest items out (the system turn first, then the prompt from item k on)."""
     items: list[tuple[str, str, Any]] = [
         (h["role"], h.get("text", ""), h.get("audio")) for h in history
     ]
@@ -72,8 +81,10 @@ def render(
     spoken = [i for i, (_, _, audio) in enumerate(items) if audio is not None]
     heard = set(spoken[-max_audio:]) if max_audio > 0 else set()
     parts = [turn("system", system)]
-    audios = []
+    audios: list[tuple[Any, int]] = []
+    bounds, offset = [], len(parts[0])
     for index, (role, text, audio) in enumerate(items):
+        bounds.append([offset, len(audios)])
         body = ""
         if audio is not None:
             if index in heard:
@@ -83,11 +94,12 @@ def render(
                 body += EARLIER_AUDIO
         body += text
         parts.append(turn(role, body))
+        offset += len(parts[-1])
     parts.append("<|im_start|>assistant\n")
     prompt: dict[str, Any] = {"prompt": "".join(parts)}
     if audios:
         prompt["multi_modal_data"] = {"audio": audios}
-    return prompt
+    return prompt, bounds
 
 
 def build_model(pipeline: Any, section: Any) -> Any:
@@ -122,9 +134,11 @@ def build_model(pipeline: Any, section: Any) -> Any:
 
             system = context.session.instructions or SYSTEM_PROMPT
             prompt = new_turns(context.turns)
+            full, bounds = render_items(system, context.history, context.turns, MAX_AUDIO_TURNS)
             prompt.update(
                 system=system,
-                full=render(system, context.history, context.turns, MAX_AUDIO_TURNS),
+                full=full,
+                bounds=bounds,
                 history=[fingerprint(h) for h in context.history],
                 turns=[fingerprint(_user_item(t)) for t in context.turns],
             )

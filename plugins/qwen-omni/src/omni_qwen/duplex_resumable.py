@@ -72,6 +72,7 @@ class SessionThinker(TorchStageEngine):
         self.active: dict[str, str] = {}  # session -> the request its segment answers
         self.aborted: set[str] = set()  # requests whose segment is being stopped
         self.prefilled = 0
+        self.trims = 0  # conversations restarted because they outgrew max_model_len
         self.ready: list[StageOutput] = []
 
     # --- commands ---------------------------------------------------------------------------
@@ -90,8 +91,20 @@ class SessionThinker(TorchStageEngine):
         try:
             session.append(self._chunk(session, request.prompt), params)
         except PromptTooLongError:
-            self._close(key)  # the conversation no longer fits: the session starts over
-            raise
+            self._close(key)  # the conversation no longer fits: it starts over from this turn
+            if not before:
+                raise  # the turn alone does not fit: it fails, alone
+            logger.info("duplex session %s: past max_model_len, a new conversation", key)
+            self.trims += 1
+            self._make_room()
+            session = self.sessions[key] = ResumableSession(self.engine, key, self.max_model_len)
+            params = session.stop_params(self._params(request.params), self.end_id)
+            before = 0
+            try:
+                session.append(self._chunk(session, request.prompt), params)
+            except Exception:
+                self._close(key)
+                raise
         self.prefilled += session.prefilled - before
         self.active[key] = request.request_id
         self.used[key] = time.monotonic()
@@ -138,6 +151,7 @@ class SessionThinker(TorchStageEngine):
         if method == "get_state":
             return {
                 "prefilled_tokens": self.prefilled,
+                "trims": self.trims,
                 "sessions": len(self.sessions),
                 "unfinished": self.engine.get_num_unfinished_requests(),
                 "contexts": {k: len(s.context) for k, s in self.sessions.items()},
@@ -169,6 +183,21 @@ class SessionThinker(TorchStageEngine):
             )
             self._close(idle[0][1])
 
+    def _held_slots(self) -> int:
+        """vLLM requests this engine keeps (each holds, or waits for, a sequence slot)."""
+        return len(self.sessions)
+
+    def _reclaim(self) -> None:
+        """More requests than sequence slots (a turn waits in vLLM's queue): close the least
+        recently used idle sessions, at once, as each goes idle (not after ``idle_s``)."""
+        while self._held_slots() > self.max_num_seqs:
+            idle = [(used, key) for key, used in self.used.items() if key not in self.active]
+            if not idle:
+                return
+            key = min(idle)[1]
+            logger.info("duplex session %s closed: a waiting turn takes its slot", key)
+            self._close(key)
+
     def _close(self, key: str) -> None:
         session = self.sessions.pop(key, None)
         self.used.pop(key, None)
@@ -182,6 +211,7 @@ class SessionThinker(TorchStageEngine):
                 "duplex session %s idle for %.0f s: its request is closed", key, self.idle_s
             )
             self._close(key)
+        self._reclaim()
         outputs, self.ready = self.ready, []
         if not self.active:
             return outputs

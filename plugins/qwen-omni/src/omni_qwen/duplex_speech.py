@@ -57,7 +57,7 @@ class SpeechThinker(SessionThinker):
     def __init__(self, model: str, options: dict[str, Any]) -> None:
         super().__init__(model, options)
         self.resumable = bool(options.get("resumable", True))
-        self.capture = hidden_state_capture(self.engine, LAYERS)
+        self.capture = hidden_state_capture(self.engine, list[str | int](LAYERS))
         self.rows: dict[str, list[HiddenStates]] = {}  # session -> its context's rows so far
         self.held: dict[str, list[Any]] = {}  # session -> the items its request holds
         self.reply: dict[str, str] = {}  # session -> the running reply's emitted text
@@ -65,6 +65,10 @@ class SpeechThinker(SessionThinker):
         self.fresh: dict[str, bool] = {}  # fallback request -> its first output is due
         self.first: set[str] = set()  # sessions whose reply's next output is its first
         self.resets = 0  # live requests restarted from the whole conversation
+        self.trims = 0  # restarts because the conversation outgrew max_model_len
+        # after outgrowing max_model_len, the newest items within this share of it are kept
+        self.retention = float(options.get("retention", 0.75))
+        self.tokenizer = self.engine.get_tokenizer()
 
     # --- commands ---------------------------------------------------------------------------
     def add(self, request: Any) -> None:
@@ -76,32 +80,42 @@ class SpeechThinker(SessionThinker):
             )
         key = extra.get(SESSION_KEY)
         if not self.resumable or extra.get(FRESH_KEY) or not isinstance(key, str) or not key:
-            self._add_fresh(request.request_id, prompt["full"], request.params)
+            first, _ = self._fit(prompt, request.params.max_tokens or 64)
+            self._add_fresh(request.request_id, _from_item(prompt, first), request.params)
             return
         session = self.sessions.get(key)
         if session is not None and session.generating:
             raise RequestError(f"session {key}: a reply is still being generated")
         history, turns = list(prompt.get("history") or ()), list(prompt.get("turns") or ())
-        if session is None or self.held.get(key) != history:
-            if session is not None:
-                self.resets += 1
-                logger.info("duplex session %s: the conversation changed, re-prefilled", key)
+        params = self._params(request.params)
+        appended = False
+        if session is not None and self.held.get(key) == history:
+            chunk = self._chunk(session, {k: v for k, v in prompt.items() if k in _CHUNK})
+            before = session.prefilled
+            try:
+                self.prompts[key] = session.append(chunk, session.stop_params(params, self.end_id))
+                self.prefilled += session.prefilled - before
+                appended = True
+            except PromptTooLongError:  # the conversation outgrew the context: start over
+                self.trims += 1
+                logger.info("duplex session %s: past max_model_len, oldest items left out", key)
+            except Exception:
                 self._close(key)
+                raise
+        elif session is not None:
+            self.resets += 1
+            logger.info("duplex session %s: the conversation changed, re-prefilled", key)
+        if not appended:
+            self._close(key)
             self._make_room()
             session = ResumableSession(self.engine, key, self.max_model_len, self.capture)
             self.sessions[key] = session
-            chunk = dict(prompt["full"])  # the whole conversation, system turn first
-        else:
-            chunk = self._chunk(session, {k: v for k, v in prompt.items() if k in _CHUNK})
-        params = session.stop_params(self._params(request.params), self.end_id)
-        before = session.prefilled
-        try:
-            self.prompts[key] = session.append(chunk, params)
-        except Exception:  # e.g. the conversation no longer fits: the next turn starts over
-            self._close(key)
-            raise
-        self.prefilled += session.prefilled - before
-        if before == 0:
+            try:  # the conversation's newest items that fit, system turn first
+                self.prompts[key] = self._start(session, prompt, params)
+            except Exception:
+                self._close(key)
+                raise
+            self.prefilled += session.prefilled
             self.rows[key] = []
         self.held[key] = history + turns
         self.reply[key] = ""
@@ -109,11 +123,66 @@ class SpeechThinker(SessionThinker):
         self.used[key] = time.monotonic()
         self.first.add(key)
 
+    def _start(self, session: ResumableSession, prompt: dict[str, Any], params: Any) -> list[int]:
+        """A new live request over the conversation's newest items that fit (:meth:`_fit`); the
+        exact count (audio expanded) is vLLM's: if it is over after all, one item fewer."""
+        params = session.stop_params(params, self.end_id)
+        first, last = self._fit(prompt, params.max_tokens)
+        while True:
+            try:
+                return session.append(_from_item(prompt, first), params)
+            except PromptTooLongError as exc:
+                if first >= last:
+                    raise PromptTooLongError(
+                        f"the new turn does not fit the thinker's max_model_len "
+                        f"({self.max_model_len} tokens) even without the earlier conversation: "
+                        f"{exc}"
+                    ) from exc
+                first += 1
+
+    def _fit(self, prompt: dict[str, Any], max_tokens: int) -> tuple[int, int]:
+        """(the first item to keep, the last one that may be) so that the prompt and
+        ``max_tokens`` fit ``max_model_len``: the whole conversation if it fits, else its newest
+        items within ``retention`` of it (room for the next turns before leaving out more); the
+        new turns are always kept. Counted with the tokenizer, audio by its length."""
+        bounds = prompt.get("bounds") or []
+        last = len(bounds) - len(prompt.get("turns") or ())
+        if not bounds or last <= 0:
+            return 0, 0
+        full = prompt["full"]
+        text = full["prompt"]
+        audio = (full.get("multi_modal_data") or {}).get("audio") or []
+        ends = [b[0] for b in bounds[1:]] + [len(text)]
+        sizes = [self._tokens(text[: bounds[0][0]], [])] + [
+            self._tokens(text[b[0] : end], audio[b[1] : nxt])
+            for b, end, nxt in zip(
+                bounds, ends, [b[1] for b in bounds[1:]] + [len(audio)], strict=True
+            )
+        ]
+        total = sum(sizes) + max_tokens
+        if total <= self.max_model_len:
+            return 0, last
+        budget = self.retention * self.max_model_len
+        first = 0
+        while first < last and total > budget:
+            total -= sizes[1 + first]
+            first += 1
+        return first, last
+
+    def _tokens(self, text: str, audio: list[Any]) -> int:
+        """Tokens of a prompt part: its text, each audio placeholder expanded (Qwen2.5-Omni's
+        audio encoder: 100 feature frames a second, two halvings)."""
+        n = len(self.tokenizer.encode(text, add_special_tokens=False)) if text else 0
+        for samples, rate in audio:
+            frames = len(samples) * 100 // int(rate)
+            n += ((frames - 1) // 2 + 1 - 2) // 2 + 1 - 1  # the placeholder was counted
+        return n
+
     def _add_fresh(self, rid: str, full: dict[str, Any], params: Any) -> None:
         vllm_params = self._params(params)
         vllm_params.stop_token_ids = [self.end_id]
         try:
-            engine_id = self.engine.add_request(rid, dict(full), vllm_params)
+            engine_id = self.engine.add_request(rid, full, vllm_params)
         except ValueError as exc:  # vLLM's validation: the prompt's length, said its ways
             if getattr(exc, "parameter", None) in ("input_tokens", "input_text"):
                 raise PromptTooLongError(
@@ -139,10 +208,18 @@ class SpeechThinker(SessionThinker):
             table.pop(key, None)
         self.first.discard(key)
 
+    def _held_slots(self) -> int:
+        return len(self.sessions) + len(self.fresh)
+
     def rpc(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         state = super().rpc(method, args, kwargs)
         if method == "get_state":
-            state.update(resets=self.resets, fresh=len(self.fresh), resumable=self.resumable)
+            state.update(
+                resets=self.resets,
+                trims=self.trims,
+                fresh=len(self.fresh),
+                resumable=self.resumable,
+            )
         return state
 
     # --- stepping -------------------------------------------------------------------------------
@@ -153,6 +230,7 @@ class SpeechThinker(SessionThinker):
         while (key := self._expired()) is not None:
             logger.info("duplex session %s idle for %.0f s: closed", key, self.idle_s)
             self._close(key)
+        self._reclaim()
         outputs, self.ready = self.ready, []
         if not self.active and not self.fresh:
             return outputs
@@ -246,6 +324,20 @@ class SpeechThinker(SessionThinker):
 
 
 _CHUNK = ("prompt", "multi_modal_data", "system")
+
+
+def _from_item(prompt: dict[str, Any], first: int) -> dict[str, Any]:
+    """The whole conversation's prompt (``full``) from item ``first`` on, system turn first."""
+    full = prompt["full"]
+    if first == 0:
+        return dict(full)
+    start, audio_from = prompt["bounds"][first]
+    text = full["prompt"]
+    out: dict[str, Any] = {"prompt": text[: prompt["bounds"][0][0]] + text[start:]}
+    audio = (full.get("multi_modal_data") or {}).get("audio") or []
+    if audio[audio_from:]:
+        out["multi_modal_data"] = {"audio": audio[audio_from:]}
+    return out
 
 
 def _joined(chunks: list[HiddenStates]) -> HiddenStates:
