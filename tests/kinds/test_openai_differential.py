@@ -373,3 +373,53 @@ def test_several_prompts_match_vllm(clients):
         (ch.index, ch.text) for ch in ref.choices
     ]
     assert got.usage == ref.usage
+
+
+def bases(clients) -> tuple[str, str]:
+    reference, ours = clients
+    return tuple(str(c.base_url).rstrip("/").removesuffix("/v1") for c in (reference, ours))
+
+
+def test_lenient_fields_and_utility_routes_match_vllm(clients):
+    """Issue 36 item 8's rows: the same status (and body) from both servers, or the documented
+    difference (docs/serving.md, "What differs")."""
+    chat = {"messages": MESSAGES[:2], "max_tokens": 3, "temperature": 0}
+    same = [
+        ("/v1/chat/completions", chat, 200),  # model left out: the served model
+        ("/v1/chat/completions", {**chat, "model": MODEL, "stop": list("abcd")}, 200),
+        ("/v1/chat/completions", {**chat, "model": MODEL, "stop": list("abcde")}, 400),
+        (
+            "/v1/chat/completions",
+            {**chat, "model": MODEL, "messages": [{"role": "user", "content": None}]},
+            400,
+        ),
+        ("/v1/completions", {"prompt": "the sea", "max_tokens": 3}, 200),
+    ]
+    tokenized = {}
+    with httpx.Client(timeout=120) as h:
+        for base in bases(clients):
+            for path, body, status in same:
+                got = h.post(base + path, json=body)
+                assert got.status_code == status, (base, path, got.text)
+            plain = h.post(
+                base + "/v1/chat/completions",
+                content=httpx.Request("POST", "/", json={**chat, "model": MODEL}).content,
+                headers={"content-type": "text/plain"},
+            )
+            assert plain.status_code == 400, (base, plain.text)
+            assert "Only 'application/json' is allowed" in plain.text
+            assert h.get(base + "/version").json().keys() == {"version"}
+            prompt = h.post(base + "/tokenize", json={"model": MODEL, "prompt": "the sea"}).json()
+            messages = h.post(base + "/tokenize", json={"messages": MESSAGES[:2]}).json()
+            text = h.post(base + "/detokenize", json={"tokens": messages["tokens"]}).json()
+            tokenized[base] = (prompt, messages, text)
+            custom = h.post(
+                base + "/v1/chat/completions",
+                json={**chat, "messages": [{"role": "critic", "content": "x"}]},
+            )
+            rid = h.post(base + "/v1/chat/completions", json=chat, headers={"X-Request-Id": "r1"})
+            tokenized[base] += (custom.status_code, rid.headers.get("x-request-id"))
+    ref, got = tokenized.values()
+    assert got[:3] == ref[:3]  # the same tokens, count, max_model_len, text
+    assert ref[3:] == (200, None)  # vLLM: any role; no X-Request-Id without its flag
+    assert got[3:] == (400, "r1")  # documented differences
