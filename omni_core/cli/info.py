@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from omni_core.config.resolve import is_existing_path, resolve_pipeline
+from omni_core.cli.validate import file_problems
 from omni_core.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -39,16 +39,14 @@ def register(app: typer.Typer, state: CliState) -> None:
         problems: list[str] = []
         first: ConfigError | None = None
         for file in files:
-            try:
-                resolved = resolve_pipeline(  # a dotted-path bridge is located, not imported
-                    file if is_existing_path(file) else str(file), state.host, import_code=False
-                )
-            except ConfigError as exc:
-                problems.extend(exc.problems)
-                first = first or exc
+            try:  # every problem of the file, not only those of its first failing phase
+                resolved, error = file_problems(file, state.host)
             except Exception as exc:
                 raise fail(state, exc) from None
-            else:
+            if error is not None:
+                problems.extend(error.problems)
+                first = first or error
+            if resolved is not None:
                 ok = f"{file}: ok ({len(resolved.stages)} stages)"
                 console.print(ok, markup=False, soft_wrap=True)
         if problems:
