@@ -151,7 +151,7 @@ def served(site: Path) -> Iterator[tuple[str, list[str]]]:
 
 @pytest.mark.browser
 @pytest.mark.slow
-def test_every_page_loads_in_headless_chromium(site, served):
+def test_every_page_loads_in_headless_chromium(site, served, tmp_path):
     """Each page in Chromium (``--dump-dom``: loaded, scripts run): the rendered page has its
     title and navigation, and no request the browser made (styles, scripts, images, fonts,
     the search index) failed."""
@@ -160,7 +160,15 @@ def test_every_page_loads_in_headless_chromium(site, served):
     assert chromium is not None
     pages = sorted(p for p in site.rglob("index.html"))
     assert len(pages) > 25
-    browser = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom"]
+    browser = [
+        chromium,
+        "--headless",
+        "--no-sandbox",  # CI runs as root
+        "--disable-gpu",
+        "--disable-dev-shm-usage",  # containers' small /dev/shm
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--dump-dom",
+    ]
     problems = []
     for page in pages:
         path = page.parent.relative_to(site).as_posix()
