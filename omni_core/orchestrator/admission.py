@@ -1,5 +1,6 @@
 """``Admissions``: the admission of every request a caller submits (``AddRequest``), whatever the
-orchestrator subclass: id checks, live stages, ``n``, the companions plugins add
+orchestrator subclass: id checks, live stages, ``n``, the request's seed in every stage
+(:func:`seeded`), the companions plugins add
 (``omni_admit_request``), registration (``omni_request_admitted``), the deadline, the submit.
 :meth:`OrchestratorBase.admit <omni_core.orchestrator.base.OrchestratorBase.admit>` runs it for
 every ``AddRequest``, so the hooks always fire. A run a subclass opens itself with ``open_run``
@@ -63,13 +64,14 @@ class Admissions:
             message = f"n={n}: at most {self.settings.max_n} parallel samples (OMNI_MAX_N)"
             self._reject(parent, finals, bad_request(message))
             return
+        params = seeded(msg.params, first)
         runs = [
             self.table.new_run(
                 rid if n == 1 else child_id(rid, i),
                 parent,
                 i,
                 msg.prompt,
-                msg.params if i == 0 else child_params(msg.params, i),
+                params if i == 0 else child_params(params, i),
                 needed,
                 finals,
                 msg.source,
@@ -195,6 +197,19 @@ class Admissions:
 
 def bad_request(message: str) -> ErrorInfo:
     return ErrorInfo(type="RequestError", message=message, status_code=400)
+
+
+def seeded(params: dict[int, SamplingParams], first: int) -> dict[int, SamplingParams]:
+    """The request's seed (its first stage's) in every stage whose params carry none, so that
+    a seeded request samples reproducibly in every stage (a talker's codes, a vocoder's noise),
+    not in its first stage alone; a stage with its own seed keeps it."""
+    seed = params[first].seed
+    if seed is None:
+        return params
+    return {
+        sid: p if p.seed is not None else msgspec.structs.replace(p, seed=seed)
+        for sid, p in params.items()
+    }
 
 
 def child_params(params: dict[int, SamplingParams], index: int) -> dict[int, SamplingParams]:

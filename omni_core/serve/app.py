@@ -119,6 +119,7 @@ def create_app(
     stages = engine.pipeline.stages
     offered = {s.config.final_output_type for s in stages.values() if s.config.final_output}
     first_stage = stages[min(stages)]
+    stage_names = {s.name for s in stages.values()}
     stage_name = first_stage.name
     # An engine kind without a request API (``generate``) is served only by its plugins' routes.
     answers_requests = callable(getattr(engine, "generate", None))
@@ -183,14 +184,28 @@ def create_app(
                 code="unsupported_endpoint",
             )
 
-    def stage_params(overrides: dict[str, Any], extra: dict[str, Any] | None = None) -> Any:
-        """The request's fields over the first stage's pipeline defaults, and its request-level
+    def stage_params(
+        overrides: dict[str, Any],
+        extra: dict[str, Any] | None = None,
+        later: dict[str, dict[str, Any]] | None = None,
+    ) -> Any:
+        """The request's fields over the first stage's pipeline defaults, ``later`` (a chat's
+        ``sampling_params``: later stages' fields by name) over theirs, and its request-level
         ``extra`` (the voice) in every stage's params, validated now."""
-        if not overrides and not extra:
+        if not overrides and not extra and not later:
             return None
-        params = None
-        if overrides:
-            params = {first_stage.name: overrides}  # merged over its defaults by the engine
+        given: dict[str, Any] = {first_stage.name: overrides} if overrides else {}
+        for name, fields in (later or {}).items():
+            if name == first_stage.name or name not in stage_names:
+                raise ApiError(
+                    400,
+                    f"'sampling_params.{name}': not a later stage of model '{model_id}' (its "
+                    f"later stages: {', '.join(sorted(stage_names - {first_stage.name}))}; "
+                    "the first stage's fields are the request's own)",
+                    param="sampling_params",
+                )
+            given[name] = fields
+        params = given or None  # each merged over its stage's defaults by the engine
         if extra:
             return engine.request_params(params, extra=extra)
         engine.stage_params(params)  # RequestError (a 400) before anything starts
@@ -326,7 +341,7 @@ def create_app(
                 implied = await off_loop(tools.vllm_adjustments)
         rendered = await off_loop(renderer.render_chat, body.messages, body.chat_options())
         overrides = with_vllm_extras(body, body.overrides(), implied)
-        params = stage_params(overrides, body.request_extra())
+        params = stage_params(overrides, body.request_extra(), body.stage_fields())
         top = body.num_logprobs()
         reply = AudioReply.of(modalities, body.audio.format if body.audio else "wav")
         # audio alone still runs the text stage: its text is the audio's transcript

@@ -7,7 +7,6 @@ stage's :class:`~omni_core.sampling.SamplingParams` (vLLM's semantics; validated
 
 from __future__ import annotations
 
-import os
 from typing import Any, ClassVar, Literal
 
 from pydantic import (
@@ -117,6 +116,25 @@ class AudioOptions(_Body):
 
     voice: str | None = Field(default=None, min_length=1)
     format: Literal["wav", "pcm16"] = "wav"
+
+
+MAX_STAGE_TOKENS = 4096  # a later stage's max_tokens (a talker's frames: transformers' default cap)
+
+
+class StageSampling(_Body):
+    """The sampling fields a chat request may set for a later stage of the pipeline (its
+    ``sampling_params``, by stage name: e.g. a talker's ``max_tokens``, the spoken length in
+    codec frames), merged over that stage's pipeline defaults; ranges as the first stage's."""
+
+    max_tokens: int | None = Field(default=None, ge=1, le=MAX_STAGE_TOKENS)
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    top_k: int | None = Field(default=None, ge=-1)
+    repetition_penalty: float | None = Field(default=None, gt=0.0)
+    seed: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1)
+
+    def fields(self) -> dict[str, Any]:
+        return self.model_dump(exclude_none=True)
 
 
 class _Sampling(_Body):
@@ -271,20 +289,6 @@ class _Sampling(_Body):
         options = self.stream_options
         return options is not None and options.include_usage and options.continuous_usage_stats
 
-    @field_validator("stop")
-    @classmethod
-    def _few_stop_strings(cls, stop: str | list[str] | None) -> str | list[str] | None:
-        """At most ``VLLM_MAX_STOP_STRINGS`` (4, OpenAI's limit too) stop strings, as vLLM 0.32's
-        server (its ``StopParam``; the variable read the same way, without importing vLLM)."""
-        limit = int(os.environ.get("VLLM_MAX_STOP_STRINGS", "4"))
-        if isinstance(stop, list) and len(stop) > limit:
-            raise ApiError(
-                400,
-                f"'stop': {len(stop)} stop strings; at most {limit} (VLLM_MAX_STOP_STRINGS)",
-                param="stop",
-            )
-        return stop
-
     @model_validator(mode="after")
     def _stream_options_need_stream(self) -> _Sampling:
         if self.stream_options is not None and not self.stream:
@@ -353,6 +357,8 @@ class ChatCompletionRequest(_Sampling):
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
     modalities: list[Literal["text", "audio"]] | None = Field(default=None, min_length=1)
     audio: AudioOptions | None = None
+    # later stages' sampling fields by stage name (omni-core's; vllm-omni has a per-stage list)
+    sampling_params: dict[str, StageSampling] | None = None
     # vLLM's chat extras
     add_generation_prompt: bool = True
     continue_final_message: bool = False
@@ -387,14 +393,6 @@ class ChatCompletionRequest(_Sampling):
 
     @model_validator(mode="after")
     def _checks(self) -> ChatCompletionRequest:
-        for i, message in enumerate(self.messages):  # vLLM 0.32: only an assistant's may be null
-            if message.content is None and message.role != "assistant":
-                raise ApiError(
-                    400,
-                    f"'messages[{i}].content': a {message.role} message needs content (a string "
-                    "or a list of parts); only an assistant message's may be null",
-                    param="messages",
-                )
         if self.audio is not None and "audio" not in (self.modalities or ()):
             raise ApiError(
                 400,
@@ -434,6 +432,10 @@ class ChatCompletionRequest(_Sampling):
         if field is not None:  # what the vllm stage's grammar errors name (omni_core.grammar)
             out[GRAMMAR_FIELD] = field
         return out or None
+
+    def stage_fields(self) -> dict[str, dict[str, Any]]:
+        """``sampling_params``: later stages' fields (those the request set) by stage name."""
+        return {name: s.fields() for name, s in (self.sampling_params or {}).items()}
 
     def chat_options(self) -> ChatOptions:
         return ChatOptions(

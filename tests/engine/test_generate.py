@@ -211,3 +211,33 @@ def test_seeded_parallel_samples_get_seed_plus_index():
     assert child_params(params, 3)[0].seed == 10 and child_params(params, 3)[1].seed is None
     top = SamplingParams(seed=2**63 - 1)
     assert child_params({0: top}, 1)[0].seed == -(2**63)  # wraps within a signed 64-bit seed
+
+
+async def test_a_requests_seed_reaches_every_stage_without_its_own(make_engine):
+    """The request's seed (its first stage's) is every downstream stage's too (a talker's codes,
+    a vocoder's noise sample reproducibly), children get seed + i in every stage, and a stage
+    whose params carry their own seed keeps it; an unseeded request seeds no stage."""
+    from omni_core import PLUGIN_API_VERSION, hookimpl
+    from omni_core.plugin.hooks import PluginHost
+
+    seen: dict[str, dict[int, int | None]] = {}
+
+    class Recorder:
+        OMNI_PLUGIN_API_VERSION = PLUGIN_API_VERSION
+
+        @hookimpl
+        def omni_request_admitted(self, run_id, request_id, request, port):
+            seen[run_id] = {sid: p.seed for sid, p in request.params.items()}
+
+    settings = OmniSettings()
+    host = PluginHost.create(
+        settings, load_entry_points=False, extra_plugins=[("seed-recorder", Recorder())]
+    )
+    engine = make_engine(CHAIN, settings=settings, plugins=host)
+    await collect(engine, "x", request_id="a", sampling_params={"thinker": {"seed": 5}})
+    assert seen["a"] == {0: 5, 1: 5, 2: 5}
+    own = {"thinker": {"seed": 5, "n": 2}, "vocoder": {"seed": 9}}
+    await collect(engine, "x", request_id="b", sampling_params=own)
+    assert seen["0_b"] == {0: 5, 1: 5, 2: 9} and seen["1_b"] == {0: 6, 1: 6, 2: 10}
+    await collect(engine, "x", request_id="c")
+    assert seen["c"] == {0: None, 1: None, 2: None}

@@ -9,6 +9,18 @@ from qwen_prompts import gradient, hf_inputs
 
 IM_END = 4002
 AUDIO_TOKEN, IMAGE_TOKEN = 4032, 4012
+# audio and an image in one user turn (what transformers' talker cannot place without the
+# thinker's audio config: see speech())
+AUDIO_IMAGE_CHAT = [
+    {
+        "role": "user",
+        "content": [
+            {"type": "audio"},
+            {"type": "image"},
+            {"type": "text", "text": "What is this?"},
+        ],
+    }
+]
 
 
 def image() -> Any:
@@ -50,11 +62,19 @@ def speech(
     (frame-major, every group; ``talker_max_new_tokens`` is ``frames + 1``, its last first code
     never gets residual codes), the waveform, and the thinker's rows as omni-qwen3's bridge hands
     them over (``emb``: ``hidden_states[0]``, ``hid``: ``hidden_states[accept layer 2]``).
-    ``eos_at``: the reply gets the eos token at that index before the talker's input is built."""
+    ``eos_at``: the reply gets the eos token at that index before the talker's input is built.
+
+    The reference is given what transformers 5.19's talker lacks for a prompt with audio and an
+    image: its ``get_rope_index`` reads ``config.audio_config.n_window``, which only the
+    thinker's config has (``generate`` raises AttributeError otherwise); the thinker's audio
+    config is set on the talker's config (read for such prompts only), as omni-qwen3's talker
+    engine does."""
     import torch
 
     _, inputs = hf_inputs(hf, chat, **media)
     model = hf[1]
+    if not hasattr(model.talker.config, "audio_config"):
+        model.talker.config.audio_config = model.config.thinker_config.audio_config
     seen: dict[str, Any] = {}
     thinker_generate, decode = model.thinker.generate, model.code2wav.chunked_decode
 

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 from omni_qwen3.pipelines import omni_pipeline
-from qwen3_helpers import image, speech
+from qwen3_helpers import AUDIO_IMAGE_CHAT, image, speech
 from qwen_prompts import AUDIO_CHAT, IMAGE_CHAT, SAMPLE_RATE, TEXT_CHAT, hf_inputs, sine
 
 from omni_core import AsyncOmniEngine, OmniSettings
@@ -36,6 +36,9 @@ CASES = {
     "text": (TEXT_CHAT, {}),
     "audio": (AUDIO_CHAT, {"audio": [sine()]}),
     "image": (IMAGE_CHAT, {"images": [image()]}),
+    # the talker's rope positions read the audio's length (transformers' reference given the
+    # thinker's audio config: qwen3_helpers.speech)
+    "audio+image": (AUDIO_IMAGE_CHAT, {"audio": [sine()], "images": [image()]}),
 }
 
 
@@ -71,12 +74,12 @@ def speak(engine: AsyncOmniEngine, prompt: Any, sampling: dict[str, Any]) -> lis
 
 def prompt_of(hf: Any, chat: list[dict[str, Any]], media: dict[str, Any]) -> dict[str, Any]:
     text, _ = hf_inputs(hf, chat, **media)
-    prompt: dict[str, Any] = {"prompt": text}
+    data: dict[str, Any] = {}
     if "audio" in media:
-        prompt["multi_modal_data"] = {"audio": (media["audio"][0], SAMPLE_RATE)}
+        data["audio"] = (media["audio"][0], SAMPLE_RATE)
     if "images" in media:
-        prompt["multi_modal_data"] = {"image": media["images"][0]}
-    return prompt
+        data["image"] = media["images"][0]
+    return {"prompt": text, "multi_modal_data": data} if data else {"prompt": text}
 
 
 def audio_of(outs: list[Any]) -> tuple[list[int], np.ndarray, int]:
@@ -89,7 +92,8 @@ def audio_of(outs: list[Any]) -> tuple[list[int], np.ndarray, int]:
 
 
 @pytest.mark.parametrize(
-    ("case", "voice"), [("text", "Ethan"), ("audio", "Chelsie"), ("image", "aiden")]
+    ("case", "voice"),
+    [("text", "Ethan"), ("audio", "Chelsie"), ("image", "aiden"), ("audio+image", "Ethan")],
 )
 def test_the_pipeline_speaks_as_transformers_generate(engine, hf3, case, voice):
     chat, media = CASES[case]

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from qwen3_helpers import IM_END, speech
+from qwen3_helpers import AUDIO_IMAGE_CHAT, IM_END, image, speech
 from qwen_prompts import AUDIO_CHAT, TEXT_CHAT, sine
 
 from omni_core.sampling import SamplingParams
@@ -102,6 +102,20 @@ def test_a_reply_fed_token_by_token_or_at_once_gives_the_same_codes(talker, hf3)
     ref = reference(hf3, TEXT_CHAT, sample=False)
     assert drive(talker, chunks(ref, THINKER_TOKENS), GREEDY) == ref["codes"]
     assert drive(talker, whole(ref), GREEDY) == ref["codes"]
+
+
+def test_an_audio_and_image_prompt_gives_transformers_codes(talker, hf3):
+    """Audio and an image in one prompt: the talker's 3D rope positions need the audio's length
+    (transformers' ``get_rope_index`` reads ``audio_config.n_window``, which the talker's config
+    lacks: the engine gives it the thinker's). The reference is given the same (qwen3_helpers'
+    ``speech``); seeded sampling, every code group."""
+    ref = speech(
+        hf3, AUDIO_IMAGE_CHAT, THINKER_TOKENS, FRAMES, sample=True, seed=SEED,
+        audio=[sine()], images=[image()],
+    )  # fmt: skip
+    parts = chunks(ref, 2)
+    parts[0]["image_sizes"] = [(64, 64)]
+    assert drive(talker, parts, SAMPLED) == ref["codes"]
 
 
 @pytest.mark.parametrize("eos_at", [3, THINKER_TOKENS - 1])

@@ -1,4 +1,5 @@
-"""The thinker → talker bridge of Qwen3-Omni (registered as ``qwen3-omni-talker``).
+"""The bridges of Qwen3-Omni: thinker → talker (registered as ``qwen3-omni-talker``) and talker →
+code2wav (``qwen3-omni-code2wav``).
 
 The thinker is a ``vllm`` stage with ``engine_args.hidden_states: {layers: [embeddings,
 "layer:K"]}`` (K: the talker's ``accept_hidden_layer``); the talker (:mod:`omni_qwen3.talker`)
@@ -17,6 +18,7 @@ from omni_qwen.bridge import thinker_chunk
 from omni_core import StageResult
 
 BRIDGE = "qwen3-omni-talker"
+CODE2WAV_BRIDGE = "qwen3-omni-code2wav"
 
 
 def thinker_to_talker(
@@ -35,3 +37,12 @@ def _layers(layers: dict[str, Any]) -> dict[str, Any]:
             "thinker's engine_args.hidden_states.layers"
         )
     return {"embeddings": layers["embeddings"], "hidden": layers[hidden[0]]}
+
+
+def talker_to_code2wav(sources: list[StageResult], original_prompt: Any, params: Any) -> list[int]:
+    """The talker's codec ids since the last call, always a list, an empty one too: a talker
+    that ends without a frame (a one-token reply, or its codec eos first) still opens code2wav's
+    request, which voices zero frames into a zero-length waveform. (The core's default bridge
+    gives None for no tokens and the stage is skipped: the request then ends with no audio at
+    all, an OpenAI ``message.audio: null``.)"""
+    return [int(t) for source in sources for t in source.token_ids]

@@ -5,7 +5,8 @@ directory (torchvision is missing here; Qwen3-Omni fails the same two ways as Qw
 * ``qwen3-omni``: thinker (vLLM, the embeddings and ``layer:accept_hidden_layer`` per token,
   final text) → talker + code predictor (``torch`` kind, :mod:`omni_qwen3.talker`, fed through
   a ``stream`` edge and the ``qwen3-omni-talker`` bridge) → code2wav (``torch`` kind,
-  :mod:`omni_qwen3.vocoder`, the frames as they come through a ``stream`` edge; final audio,
+  :mod:`omni_qwen3.vocoder`, the frames as they come through a ``stream`` edge and the
+  ``qwen3-omni-code2wav`` bridge, which opens it even for no frames: zero-length audio; final audio,
   24 kHz float32: whole utterances, or chunk by chunk for a request asking for streamed audio).
 """
 
@@ -16,6 +17,7 @@ from typing import Any
 from omni_qwen.pipelines import SpeechStages, qwen_pipeline, thinker_stage
 
 from omni_core import ConfigError, PipelineConfig
+from omni_qwen3.bridge import CODE2WAV_BRIDGE
 from omni_qwen3.build import ACCEPT_LAYER  # tiny-qwen3-omni's (the real model's: 24)
 from omni_qwen3.vllm_plugin import ARCHITECTURE
 
@@ -101,4 +103,6 @@ def omni_pipeline(
     the thinker compiled, its layer through :class:`~omni_qwen3.tap.TapThinker`."""
     args = thinker_engine_args(model, hidden_layer=hidden_layer, compiled=compiled)
     stages = SPEECH.stages(model, args, edge)
+    # a talker ending without a frame still gets code2wav's (zero-length) audio: no null audio
+    stages[2]["bridge"] = CODE2WAV_BRIDGE
     return qwen_pipeline(PIPELINE, "qwen3", stages, "omni-qwen3")

@@ -77,7 +77,7 @@ def omni_register_pipelines() -> Iterable[PipelineSpec]:
 
 @hookimpl
 def omni_register_bridges() -> Iterable[Bridge]:
-    from omni_qwen3.bridge import BRIDGE, thinker_to_talker
+    from omni_qwen3.bridge import BRIDGE, CODE2WAV_BRIDGE, talker_to_code2wav, thinker_to_talker
 
     return [
         Bridge(
@@ -85,7 +85,12 @@ def omni_register_bridges() -> Iterable[Bridge]:
             thinker_to_talker,
             "Qwen3-Omni thinker outputs (embeddings, the talker's layer, prompt and reply ids) "
             "-> talker input",
-        )
+        ),
+        Bridge(
+            CODE2WAV_BRIDGE,
+            talker_to_code2wav,
+            "Qwen3-Omni talker codec frames -> code2wav input (none too: zero-length audio)",
+        ),
     ]
 
 

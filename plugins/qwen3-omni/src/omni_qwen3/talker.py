@@ -124,6 +124,9 @@ class TalkerEngine(TorchStageEngine):
         self.torch = torch
         checkpoint = local_checkpoint(str(config["model"]))
         omni = Qwen3OmniMoeConfig.from_pretrained(checkpoint)
+        # transformers' talker get_rope_index reads config.audio_config.n_window for a prompt
+        # with audio and an image (or video); the talker's config has none: the thinker's
+        omni.talker_config.audio_config = omni.thinker_config.audio_config
         talker = Qwen3OmniMoeTalkerForConditionalGeneration._from_config(
             omni.talker_config, dtype=torch.float32
         )
