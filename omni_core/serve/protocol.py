@@ -7,6 +7,7 @@ stage's :class:`~omni_core.sampling.SamplingParams` (vLLM's semantics; validated
 
 from __future__ import annotations
 
+import os
 from typing import Any, ClassVar, Literal
 
 from pydantic import (
@@ -289,6 +290,20 @@ class _Sampling(_Body):
         options = self.stream_options
         return options is not None and options.include_usage and options.continuous_usage_stats
 
+    @field_validator("stop")
+    @classmethod
+    def _few_stop_strings(cls, stop: str | list[str] | None) -> str | list[str] | None:
+        """At most ``VLLM_MAX_STOP_STRINGS`` (4, OpenAI's limit too) stop strings, as vLLM 0.32's
+        server (its ``StopParam``; the variable read the same way, without importing vLLM)."""
+        limit = int(os.environ.get("VLLM_MAX_STOP_STRINGS", "4"))
+        if isinstance(stop, list) and len(stop) > limit:
+            raise ApiError(
+                400,
+                f"'stop': {len(stop)} stop strings; at most {limit} (VLLM_MAX_STOP_STRINGS)",
+                param="stop",
+            )
+        return stop
+
     @model_validator(mode="after")
     def _stream_options_need_stream(self) -> _Sampling:
         if self.stream_options is not None and not self.stream:
@@ -393,6 +408,14 @@ class ChatCompletionRequest(_Sampling):
 
     @model_validator(mode="after")
     def _checks(self) -> ChatCompletionRequest:
+        for i, message in enumerate(self.messages):  # vLLM 0.32: only an assistant's may be null
+            if message.content is None and message.role != "assistant":
+                raise ApiError(
+                    400,
+                    f"'messages[{i}].content': a {message.role} message needs content (a string "
+                    "or a list of parts); only an assistant message's may be null",
+                    param="messages",
+                )
         if self.audio is not None and "audio" not in (self.modalities or ()):
             raise ApiError(
                 400,
