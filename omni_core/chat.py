@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 from omni_core.errors import RequestError
 
 if TYPE_CHECKING:
+    from omni_core.chat_media import MediaBudget
     from omni_core.config.resolve import ResolvedPipeline
 
 logger = logging.getLogger(__name__)
@@ -204,10 +205,13 @@ MEDIA_PARTS = {"audio": "input_audio", "image": "image_url"}  # vLLM's modality 
 def pipeline_renderer(pipeline: ResolvedPipeline, settings: Any) -> PromptRenderer:
     """The renderer of a pipeline's first stage (its kind's, else :class:`PlainRenderer`); needs
     no started stage, so callers can check a prompt before any stage starts."""
+    from omni_core.stage.client import StageContext
+
     first = pipeline.stages[min(pipeline.stages)]
     if first.kind.renderer is None:
         return PlainRenderer(first.name)
-    renderer: PromptRenderer = first.kind.renderer(first.config, first.args, settings)
+    context = StageContext.bound(pipeline.config.name, settings, pipeline.host)
+    renderer: PromptRenderer = first.kind.renderer(first.config, first.args, context)
     return renderer
 
 
@@ -282,9 +286,11 @@ class TokenizerRenderer:
         chat_template_kwargs: dict[str, Any] | None = None,
         media: dict[str, int] | None = None,
         tool_call_parser: str | None = None,
+        budget: MediaBudget | None = None,
     ) -> None:
         from transformers import AutoTokenizer
 
+        self.budget = budget  # what one media part may cost (the engine's settings)
         self.stage_name = stage_name
         self.max_model_len = max_model_len
         self.tool_call_parser = tool_call_parser  # vLLM's --tool-call-parser, for omni serve
@@ -355,13 +361,20 @@ class TokenizerRenderer:
                 kind = "audio"
                 item: Any = (
                     chat_media.decode_audio(
-                        part.input_audio.data, part.input_audio.format, self.audio_rate, where
+                        part.input_audio.data,
+                        part.input_audio.format,
+                        self.audio_rate,
+                        where,
+                        self.budget,
                     ),
                     self.audio_rate,
                 )
             else:
                 assert isinstance(part, ImageUrlPart)
-                kind, item = "image", chat_media.decode_image(part.image_url.url, where)
+                kind, item = (
+                    "image",
+                    chat_media.decode_image(part.image_url.url, where, self.budget),
+                )
             media.setdefault(kind, []).append(item)
             if len(media[kind]) > self.media[kind]:
                 raise RequestError(

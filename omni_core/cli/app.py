@@ -219,12 +219,13 @@ def build_app(debug: bool = False, trace_hooks: bool = False) -> typer.Typer:
             level=level, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s"
         )
 
-    from omni_core.cli import bench, info, models, run, serve
+    from omni_core.cli import bench, info, models, pipelines, run, serve
 
     run.register(app, state)
     info.register(app, state)
     bench.register(app, state)
     models.register(app, state)
+    pipelines.register(app, state)
     serve.register(app, state)
     for _plugin, group in state.host.cli_groups():
         app.add_typer(group.app, name=group.name, help=group.help)

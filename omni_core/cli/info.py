@@ -1,4 +1,4 @@
-"""``omni config validate|schema``, ``omni plugins list``, ``omni stages``, ``omni pipelines``."""
+"""``omni config validate|schema``, ``omni plugins list``, ``omni stages``."""
 
 from __future__ import annotations
 
@@ -93,16 +93,4 @@ def register(app: typer.Typer, state: CliState) -> None:
         table = Table("kind", "plugin", "output", "description")
         for name, kind in sorted(kinds.items()):
             table.add_row(name, providers[name], kind.output_mode, kind.description)
-        console.print(table)
-
-    @app.command("pipelines")
-    def pipelines() -> None:
-        """Registered (named) pipelines."""
-        try:
-            named = state.host.pipelines()
-        except Exception as exc:
-            raise fail(state, exc) from None
-        table = Table("pipeline", "description")
-        for name, spec in sorted(named.items()):
-            table.add_row(name, spec.description)
         console.print(table)

@@ -55,8 +55,9 @@ class OmniEngineBase:
         settings: OmniSettings | None = None,
         plugins: PluginHost | None = None,
     ) -> None:
-        self.settings = settings or OmniSettings()
-        self.plugins = plugins or PluginHost.create(self.settings)
+        from omni_core.engine.factory import engine_host
+
+        self.settings, self.plugins = engine_host(settings, plugins)
         self.pipeline = (
             pipeline
             if isinstance(pipeline, ResolvedPipeline)

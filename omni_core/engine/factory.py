@@ -12,6 +12,17 @@ from omni_core.errors import ConfigError
 from omni_core.plugin.hooks import PluginHost
 
 
+def engine_host(
+    settings: OmniSettings | None, plugins: PluginHost | None
+) -> tuple[OmniSettings, PluginHost]:
+    """An engine's settings and plugin host: the ones given, else read from the environment
+    here, once (the only place the engine builds either; everything below gets them passed)."""
+    if plugins is not None:
+        return settings or plugins.settings, plugins
+    settings = settings or OmniSettings()
+    return settings, PluginHost.create(settings)
+
+
 def create_engine(
     pipeline: Any, *, settings: OmniSettings | None = None, plugins: PluginHost | None = None
 ) -> OmniEngineBase:
@@ -21,8 +32,7 @@ def create_engine(
     ``pipeline``: a pipeline file, a registered name, YAML text's ``PipelineConfig`` or a
     resolved pipeline. Raises ConfigError for a bad pipeline, StartupError when it cannot start.
     """
-    settings = settings or OmniSettings()
-    plugins = plugins or PluginHost.create(settings)
+    settings, plugins = engine_host(settings, plugins)
     resolved = resolve_pipeline(pipeline, plugins)
     cls = resolved.engine_class
     if not (isinstance(cls, type) and issubclass(cls, OmniEngineBase)):

@@ -39,7 +39,7 @@ class EngineRuntime:
         self.inbox = RequestInbox(settings.request_queue_size)
         self.router = RpcRouter()
         self.streams: dict[str, RequestStream] = {}
-        self.stages = StageRuntime(pipeline, settings)
+        self.stages = StageRuntime(pipeline, settings, hooks)
         self.orchestrator: OrchestratorBase | None = None
         self.thread: threading.Thread | None = None
         self.dead_reason: str | None = None

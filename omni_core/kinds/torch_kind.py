@@ -39,11 +39,11 @@ import sys
 import weakref
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from omni_core.errors import RequestError
+from omni_core.errors import PluginError, RequestError
 from omni_core.kinds.vllm_kind import engine_process_client
 from omni_core.kinds.worker_base import TorchStageEngine
 from omni_core.outputs import StageOutput
@@ -51,6 +51,9 @@ from omni_core.stage.client import StageContext
 from omni_core.stage.dataplane import default_plane
 from omni_core.stage.process import ProcessStageClient
 from omni_core.stage.worker import WorkerEngine, error_output
+
+if TYPE_CHECKING:
+    from omni_core.plugin.hooks import PluginHost
 
 __all__ = [
     "RequestError",
@@ -88,7 +91,8 @@ class TorchArgs(BaseModel):
     env: dict[str, str] = Field(
         default_factory=dict,
         description="environment variables of the replica's process, over the inherited ones; "
-        "a PYTHONPATH here is prepended to the inherited PYTHONPATH",
+        "a PYTHONPATH here is prepended to the inherited PYTHONPATH; '{package:NAME}' in a value "
+        "becomes the directory of the installed package NAME when the replica starts",
     )
     options: dict[str, Any] = Field(
         default_factory=dict, description="the engine's own settings (JSON values)"
@@ -133,13 +137,21 @@ class TorchArgs(BaseModel):
 _STAGE_MODELS: dict[int, str | None] = {}
 
 
-def resolve_model(name_or_path: str, cache_dir: Path | str) -> str:
-    """A stage's model argument as its engine loads it: a registered model's name becomes its
-    directory under ``cache_dir`` (built first if missing); a local path or a hub id is
-    returned as given. Call it on the orchestrator side (a stage-kind factory), not per request."""
-    from omni_core.models import resolve_model as resolve
+def resolve_model(name_or_path: str, where: StageContext | PluginHost) -> str:
+    """A stage's model argument as its engine loads it: a model registered with the plugins of
+    ``where`` (a stage-kind factory's ``context``, or a plugin host) becomes its directory under
+    their settings' ``cache_dir`` (built first if missing); a local path or a hub id is returned
+    as given. Call it on the orchestrator side (a stage-kind factory), not per request."""
+    from omni_core.models import ModelResolver
 
-    return resolve(name_or_path, Path(cache_dir))
+    if isinstance(where, StageContext):
+        return where.resolve_model(name_or_path)
+    if callable(getattr(where, "models", None)) and hasattr(where, "settings"):  # a PluginHost
+        return ModelResolver(where, Path(where.settings.cache_dir)).resolve(name_or_path)
+    raise PluginError(
+        f"resolve_model({name_or_path!r}, {where!r}): pass the stage's StageContext (or a "
+        "PluginHost), not a cache directory: models resolve against the engine's plugins"
+    )
 
 
 def process_client(
@@ -179,7 +191,7 @@ def _remember_model(stage: Any, model: str | None) -> None:
 
 def make_torch_client(stage: Any, replica: int, context: StageContext) -> ProcessStageClient:
     args = TorchArgs.model_validate(stage.engine_args)
-    model = resolve_model(args.model, context.settings.cache_dir) if args.model else None
+    model = context.resolve_model(args.model) if args.model else None
     _remember_model(stage, model)
     config = {
         "factory": "omni_core.kinds.torch_kind:build",

@@ -9,6 +9,7 @@ fault handling and data plane are the same as for every other process stage.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -169,7 +170,8 @@ class VllmArgs(BaseModel):
     env: dict[str, str] = Field(
         default_factory=dict,
         description="environment variables of the replica's process, over the inherited ones; "
-        "a PYTHONPATH here is prepended to the inherited PYTHONPATH",
+        "a PYTHONPATH here is prepended to the inherited PYTHONPATH; '{package:NAME}' in a value "
+        "becomes the directory of the installed package NAME when the replica starts",
     )
     hidden_states: HiddenStatesArgs | None = Field(
         default=None,
@@ -212,11 +214,39 @@ def thread_env(threads: int) -> dict[str, str]:
     }
 
 
+_PACKAGE_DIR = re.compile(r"\{package:([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)\}")
+
+
+def package_dir(name: str) -> str:
+    """The directory of the importable package ``name`` in this environment (found, not
+    imported); ConfigError when there is none."""
+    import importlib.util
+
+    from omni_core.errors import ConfigError
+
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        spec = None
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    if not locations:
+        raise ConfigError([f"engine_args.env: '{{package:{name}}}': no installed package {name}"])
+    return str(locations[0])
+
+
+def expand_env(value: str) -> str:
+    """``value`` with each ``{package:NAME}`` replaced by that package's directory (a pipeline
+    names a plugin's files portably; the path is found where the replica starts)."""
+    return _PACKAGE_DIR.sub(lambda m: package_dir(m.group(1)), value)
+
+
 def process_env(threads: int, extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """:func:`thread_env` plus a stage's own variables (``extra`` wins; its ``PYTHONPATH`` is
-    prepended to this process's, so the stage process still finds what this one does)."""
+    """:func:`thread_env` plus a stage's own variables (``extra`` wins, ``{package:NAME}``
+    expanded: :func:`expand_env`; its ``PYTHONPATH`` is prepended to this process's, so the
+    stage process still finds what this one does)."""
     env = thread_env(threads)
     for key, value in (extra or {}).items():
+        value = expand_env(value)
         if key == "PYTHONPATH":
             value = os.pathsep.join(p for p in (value, os.environ.get("PYTHONPATH")) if p)
         env[key] = value
@@ -250,10 +280,12 @@ def engine_process_client(
     )
 
 
-def vllm_renderer(stage: Any, args: VllmArgs, settings: Any) -> TokenizerRenderer:
+def vllm_renderer(stage: Any, args: VllmArgs, context: StageContext) -> TokenizerRenderer:
     """The stage's tokenizer (vLLM's ``tokenizer`` engine arg, else the model's) renders chats."""
 
-    model = model_dir(args, settings.cache_dir)
+    from omni_core.chat_media import MediaBudget
+
+    model = model_dir(args, context)
     tokenizer = args.engine.get("tokenizer") or model
     if args.pooling is not None:
         from omni_core.kinds.vllm_pooling import PoolingRenderer
@@ -269,16 +301,16 @@ def vllm_renderer(stage: Any, args: VllmArgs, settings: Any) -> TokenizerRendere
         chat_template_kwargs=args.chat_template_kwargs,
         media=args.engine.get("limit_mm_per_prompt"),
         tool_call_parser=args.tool_call_parser,
+        budget=MediaBudget.from_settings(context.settings),
     )
 
 
-def model_dir(args: VllmArgs, cache_dir: Any) -> str:
-    """The model vLLM loads: ``args.model`` resolved (a registered model is built), then its
-    ``subfolder`` (which must exist)."""
+def model_dir(args: VllmArgs, context: StageContext) -> str:
+    """The model vLLM loads: ``args.model`` resolved against the engine's plugins (a registered
+    model is built), then its ``subfolder`` (which must exist)."""
     from omni_core.errors import ConfigError
-    from omni_core.models import resolve_model
 
-    model = resolve_model(args.model, cache_dir)
+    model = context.resolve_model(args.model)
     if args.subfolder is None:
         return model
     path = Path(model) / args.subfolder
@@ -291,7 +323,7 @@ def make_vllm_client(stage: Any, replica: int, context: StageContext) -> Process
     args = VllmArgs.model_validate(stage.engine_args)
     if not stage.final_output or args.pooling is not None:
         args = args.model_copy(update={"request_output_payload": False})
-    model = model_dir(args, context.settings.cache_dir)
+    model = model_dir(args, context)
     pooling = args.pooling is not None
     config = {
         "factory": f"omni_core.kinds.{'vllm_pooling' if pooling else 'vllm_worker'}:build",

@@ -29,12 +29,10 @@ class VocoderArgs(BaseModel):
 
 
 def make_vocoder_client(stage: Any, replica: int, context: StageContext) -> ProcessStageClient:
-    from omni_core.models import resolve_model
-
     args = VocoderArgs.model_validate(stage.engine_args)
     config = {
         "factory": "omni_core.kinds.vocoder:build",
-        "model": resolve_model(args.model, context.settings.cache_dir),
+        "model": context.resolve_model(args.model),
         "threads": args.threads,
     }
     return engine_process_client(stage, replica, context, config, args.threads)

@@ -2,6 +2,10 @@
 
 Plugins register them with ``omni_register_models`` (:class:`~omni_core.plugin.types.ModelSpec`);
 the core's own tiny demo models are registered by the built-in plugin the same way.
+Names resolve against the host that was passed down (an engine's stage kinds get a
+:class:`ModelResolver` bound to the engine's host on their ``StageContext``), never against a host
+built from the environment here: settings and disabled plugins set in code are what resolution
+sees. Without a host only the core's own demo models are known.
 ``omni models build`` builds them into ``$OMNI_CACHE_DIR/models/NAME-VERSION``; an engine whose
 ``engine_args.model`` names one builds it on first use. Builds are atomic: built aside, then
 renamed. The core's checksums are committed in ``checksums.json``; a plugin commits its own.
@@ -13,6 +17,8 @@ import hashlib
 import json
 import logging
 import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -54,13 +60,38 @@ def committed_checksums() -> dict[str, dict[str, str]]:
 
 
 def registered_models(host: PluginHost | None = None) -> dict[str, ModelSpec]:
-    """Every model the plugins register (``host``'s, else a fresh host from the environment's
-    settings: built-ins plus installed entry points)."""
-    if host is None:
-        from omni_core.plugin.hooks import PluginHost
+    """Every model ``host``'s plugins register; without a host, the core's own demo models only
+    (no plugin manager is built here: a caller that wants plugins' models passes its host)."""
+    if host is not None:
+        return host.models()
+    return {spec.name: spec for spec in core_models()}
 
-        host = PluginHost.create()
-    return host.models()
+
+_DESCRIPTIONS = {
+    "tiny-thinker": "tiny Llama-style text LM (random weights; vllm kind)",
+    "tiny-talker": "tiny Llama-style codec LM (random weights; vllm kind)",
+    "tiny-vocoder": "codec tokens to sinusoid audio (vocoder kind)",
+}
+
+
+def _build_demo(name: str) -> Callable[[Path], None]:
+    def build(out: Path) -> None:
+        from omni_core.models.build import build_model
+
+        build_model(name, out)
+
+    return build
+
+
+def core_models() -> list[ModelSpec]:
+    """The core's own demo models (what the built-in plugin registers)."""
+    from omni_core.plugin.types import ModelSpec
+
+    checksums = committed_checksums()
+    return [
+        ModelSpec(name, _build_demo(name), VERSION, checksums.get(name), _DESCRIPTIONS[name])
+        for name in MODELS
+    ]
 
 
 def build_into(spec: ModelSpec, target: Path) -> Path:
@@ -104,3 +135,26 @@ def resolve_model(name_or_path: str, cache_dir: Path, host: PluginHost | None = 
     if spec is None:
         return name_or_path
     return str(build_into(spec, model_path(spec.name, cache_dir, spec.version)))
+
+
+@dataclass(frozen=True)
+class ModelResolver:
+    """Model names resolved against one plugin host's registrations, built under ``cache_dir``
+    (what a stage kind's :class:`~omni_core.stage.client.StageContext` carries as ``models``)."""
+
+    host: PluginHost
+    cache_dir: Path
+
+    def specs(self) -> dict[str, ModelSpec]:
+        """The models the host's (enabled) plugins register, by name."""
+        return registered_models(self.host)
+
+    def resolve(self, name_or_path: str) -> str:
+        """A registered model's directory (built first if missing), else ``name_or_path`` as
+        given (a local path or a hub id, for the engine to load)."""
+        return resolve_model(name_or_path, self.cache_dir, self.host)
+
+    def ensure(self, name: str) -> Path:
+        """A registered model's directory, built first if missing (ConfigError when ``name`` is
+        not registered)."""
+        return ensure_model(name, self.cache_dir, self.host)

@@ -32,6 +32,7 @@ from omni_core.plugin.types import (
 if TYPE_CHECKING:
     from pluggy import HookCaller
 
+    from omni_core.config.pipeline import PipelineConfig
     from omni_core.config.resolve import ResolvedPipeline
     from omni_core.config.settings import OmniSettings
     from omni_core.outputs import ErrorInfo, StageOutput
@@ -57,11 +58,9 @@ class PluginHost:
     ``active`` (on an engine's host) which plugins take part in its pipeline, and why.
     """
 
-    def __init__(self, pm: OmniPluginManager, settings: OmniSettings | None = None) -> None:
-        from omni_core.config.settings import OmniSettings
-
+    def __init__(self, pm: OmniPluginManager, settings: OmniSettings) -> None:
         self.pm = pm
-        self.settings = settings or OmniSettings()
+        self.settings = settings
         self._registry: dict[str, dict[str, tuple[str, Any]]] = {}
         # Set on a pipeline's host (:meth:`for_pipeline`): plugin name -> why it takes part, and
         # the subset hook callers of the per-pipeline hooks. None / empty: every plugin.
@@ -223,7 +222,10 @@ class PluginHost:
             host._rescope()
 
     @classmethod
-    def create(cls, settings: OmniSettings | None = None, **kwargs: Any) -> PluginHost:
+    def create(cls, settings: OmniSettings, **kwargs: Any) -> PluginHost:
+        """A host over a fresh plugin manager (:func:`create_plugin_manager`'s ``kwargs``) with
+        ``settings``. Built once, where a program starts (the engine factory, the CLI, the
+        server, bench, the testing kit); everything else gets this host passed down."""
         from omni_core.plugin.manager import create_plugin_manager
 
         return cls(create_plugin_manager(settings, **kwargs), settings)
@@ -290,6 +292,13 @@ class PluginHost:
         return {
             k: v for k, (_, v) in self._registered("omni_register_pipelines", PipelineSpec).items()
         }
+
+    def pipeline_config(self, name: str) -> PipelineConfig:
+        """A fresh config of registered pipeline ``name``, its factory given this host (what a
+        factory deriving from another plugin's pipeline calls; ConfigError if unknown)."""
+        from omni_core.plugin.pipelines import registered_config
+
+        return registered_config(self, name)
 
     def models(self) -> dict[str, ModelSpec]:
         """Registered local models (``omni models build NAME``) by name."""

@@ -306,7 +306,7 @@ def check_pending(pm: OmniPluginManager) -> None:
 
 
 def create_plugin_manager(
-    settings: OmniSettings | None = None,
+    settings: OmniSettings,
     *,
     builtins: Sequence[tuple[str, str]] = BUILTIN_PLUGINS,
     load_entry_points: bool = True,
@@ -321,7 +321,6 @@ def create_plugin_manager(
     order of entry points does not matter. ``settings.trace_hooks`` (``OMNI_TRACE_HOOKS=1``)
     writes pluggy's trace of every hook call to stderr.
     """
-    settings = settings or OmniSettings()
     pm = OmniPluginManager()
     if settings.trace_hooks:
         pm.enable_trace()

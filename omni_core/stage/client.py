@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import msgspec
 
 from omni_core.errors import EngineDeadError
 from omni_core.outputs import StageOutput
 from omni_core.sampling import SamplingParams
+
+if TYPE_CHECKING:
+    from omni_core.config.settings import OmniSettings
+    from omni_core.models import ModelResolver
+    from omni_core.plugin.hooks import PluginHost
 
 # Control RPCs whose worker exceptions must reach the caller (never ``{"supported": False}``).
 CONTROL_METHODS = frozenset({"sleep", "wake_up", "pause_scheduler", "resume_scheduler"})
@@ -39,11 +44,38 @@ class StageRequest(msgspec.Struct, kw_only=True, gc=False):
 
 @dataclass(frozen=True)
 class StageContext:
-    """What a stage-kind factory gets besides its stage config."""
+    """What a stage-kind factory gets besides its stage config: passed down by the engine, never
+    looked up (docs/plugins.md "Context is passed down").
+
+    ``settings``: the engine's settings (as built in code, not re-read from the environment);
+    ``models``: model names resolved against the engine's plugin host and built under
+    ``settings.cache_dir`` (:meth:`resolve_model`); ``host``: that plugin host, to ask what other
+    plugins registered.
+    """
 
     pipeline_name: str
-    settings: Any
+    settings: OmniSettings
+    models: ModelResolver
     logger: logging.Logger = field(default_factory=lambda: logging.getLogger("omni_core.stage"))
+
+    @classmethod
+    def bound(cls, pipeline_name: str, settings: OmniSettings, host: PluginHost) -> StageContext:
+        """The context of a pipeline's stages on an engine with ``settings`` and ``host``."""
+        from pathlib import Path
+
+        from omni_core.models import ModelResolver
+
+        return cls(pipeline_name, settings, ModelResolver(host, Path(settings.cache_dir)))
+
+    @property
+    def host(self) -> PluginHost:
+        """The engine's plugin host."""
+        return self.models.host
+
+    def resolve_model(self, name_or_path: str) -> str:
+        """A stage's model argument as its engine loads it: a model the engine's plugins register
+        becomes its directory (built first if missing); a path or hub id is returned as given."""
+        return self.models.resolve(name_or_path)
 
 
 @runtime_checkable

@@ -11,13 +11,17 @@ from omni_core.stage.pool import StagePool
 
 if TYPE_CHECKING:
     from omni_core.config.resolve import ResolvedPipeline
+    from omni_core.config.settings import OmniSettings
+    from omni_core.plugin.hooks import PluginHost
 
 logger = logging.getLogger(__name__)
 
 
 class StageRuntime:
-    def __init__(self, pipeline: ResolvedPipeline, settings: Any) -> None:
-        context = StageContext(pipeline_name=pipeline.config.name, settings=settings)
+    def __init__(
+        self, pipeline: ResolvedPipeline, settings: OmniSettings, host: PluginHost
+    ) -> None:
+        context = StageContext.bound(pipeline.config.name, settings, host)
         self.backend: Any = None  # runtime "ray": hosts every replica on a Ray actor
         if pipeline.config.runtime == "ray":
             from omni_core.stage.ray_runtime import RayBackend

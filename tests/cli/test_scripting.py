@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from omni_core import PLUGIN_API_VERSION, hookimpl
+from omni_core import PLUGIN_API_VERSION, OmniSettings, hookimpl
 from omni_core.cli import main
 from omni_core.cli.app import report_error
 from omni_core.plugin.hooks import PluginHost
@@ -74,7 +74,7 @@ def one_line_each(out: str, *cells: str) -> None:
 
 
 def test_tables_are_not_wrapped_or_cut_when_stdout_is_not_a_terminal(cli):
-    host = PluginHost.create()
+    host = PluginHost.create(OmniSettings())
     code, out, _ = cli("stages")
     assert code == 0
     for name, kind in host.stage_kinds().items():

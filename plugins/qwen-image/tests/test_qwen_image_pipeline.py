@@ -29,7 +29,9 @@ SIZE, STEPS = 32, 4
 
 @pytest.fixture(scope="module")
 def engine(qi_cache, tiny_qi):
-    data = qwen_image_pipeline().model_dump(mode="json", exclude_none=True)
+    data = qwen_image_pipeline(PluginHost.create(OmniSettings())).model_dump(
+        mode="json", exclude_none=True
+    )
     # unguided unless a request asks, then QwenImagePipeline's true_cfg_scale unless it says
     assert data["cfg"]["enabled"] is False and data["cfg"]["guidance_scale"] == 4.0
     encoder = data["stages"][0]

@@ -8,8 +8,10 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 from omni_qwen import compat
 
+from omni_core.kinds.vllm_kind import expand_env
 from omni_core.plugin.hooks import PluginHost
 
 # What vLLM's model registry imports when it inspects Qwen2.5-Omni (in a subprocess).
@@ -60,6 +62,10 @@ def test_thinker_pipeline_puts_the_shim_on_its_vllm_stage_pythonpath(omni_settin
     args = stage.engine_args
     assert args["model"] == "tiny-qwen2.5-omni"
     assert args["engine"]["limit_mm_per_prompt"] == {"audio": 1, "image": 1, "video": 0}
-    expected = {"PYTHONPATH": compat.pythonpath_entry()} if compat.needed() else {}
-    assert args["env"] == expected
+    assert args["env"] == {"PYTHONPATH": compat.PORTABLE_PYTHONPATH}  # no machine path
+    assert expand_env(args["env"]["PYTHONPATH"]) == compat.pythonpath_entry()  # found at run time
+    # so the main pipeline's YAML (omni pipelines show) names no path of this machine
+    for name in ("qwen2.5-omni", "qwen2.5-omni-duplex", "qwen2.5-omni-duplex-text"):
+        text = yaml.safe_dump(host.pipeline_config(name).portable())
+        assert str(compat.SHIM_DIR.parents[3]) not in text and "{package:omni_qwen}" in text
     assert (compat.SHIM_DIR / "sitecustomize.py").is_file()

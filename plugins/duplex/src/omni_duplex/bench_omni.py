@@ -101,7 +101,7 @@ def _fallback_prefill() -> list[int]:
     from omni_core import OmniSettings, create_engine
     from omni_core.plugin import PluginHost
 
-    config = PluginHost.create(OmniSettings()).pipelines()[PIPELINE].load()
+    config = PluginHost.create(OmniSettings()).pipeline_config(PIPELINE)
     config.stages[0].engine_args.setdefault("options", {})["resumable"] = False
     engine: Any = create_engine(config)
     try:

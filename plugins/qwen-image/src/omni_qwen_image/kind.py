@@ -193,7 +193,7 @@ def make_diffusers_client(stage: Any, replica: int, context: StageContext) -> Pr
     args = DiffusersArgs.model_validate(stage.engine_args)
     config = {
         "factory": "omni_qwen_image.engine:build",
-        "model": resolve_model(args.model, context.settings.cache_dir),
+        "model": resolve_model(args.model, context),
         "args": args.model_dump(),
         "stage": stage.name,
     }

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omni_core import PipelineConfig
 from omni_qwen_image.build import ENCODER_DIR, PROMPT_TEMPLATE, TEMPLATE_PREFIX_TOKENS
+
+if TYPE_CHECKING:
+    from omni_core.plugin import PluginHost
 
 PIPELINE = "qwen-image"
 MAX_SEQUENCE_LENGTH = 512  # QwenImagePipeline's default max_sequence_length
@@ -30,20 +33,20 @@ def encoder_engine_args(
     }
 
 
-def cfg_available() -> bool:
-    """Whether an enabled plugin registers the ``cfg:`` pipeline section (omni-cfg, unless
-    disabled): asked of the plugin host, not probed by module name."""
-    from omni_core.plugin import PluginHost
-
-    return SECTION_CFG in PluginHost.create().config_sections()
+def cfg_available(host: PluginHost) -> bool:
+    """Whether an enabled plugin of ``host`` (the one resolving the pipeline) registers the
+    ``cfg:`` pipeline section (omni-cfg, unless disabled): asked of the host this plugin was
+    given, neither probed by module name nor looked up in a host built from the environment."""
+    return SECTION_CFG in host.config_sections()
 
 
 def qwen_image_pipeline(
-    model: str = "tiny-qwen-image", steps: int = 4, size: int = 32
+    host: PluginHost, model: str = "tiny-qwen-image", steps: int = 4, size: int = 32
 ) -> PipelineConfig:
     """Tiny defaults (the tiny model: 32x32, 4 steps). Unguided unless a request asks for
     guidance (``extra["cfg"]``: ``omni run qwen-image --negative-prompt ... [--guidance S]``,
-    omni-cfg's flags); with omni-cfg missing or disabled such a request is refused (400)."""
+    omni-cfg's flags); with omni-cfg missing or disabled on ``host`` such a request is refused
+    (400)."""
     config: dict[str, Any] = {
         "name": PIPELINE,
         "requires_plugins": ["qwen-image"],
@@ -66,7 +69,7 @@ def qwen_image_pipeline(
             },
         ],
     }
-    if cfg_available():
+    if cfg_available(host):
         # as QwenImagePipeline: unguided unless the request asks (a negative prompt or a scale in
         # extra["cfg"]), then true CFG at its default true_cfg_scale 4 unless the request says
         config[SECTION_CFG] = {

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from omni_core import PipelineConfig, SamplingParams
-    from omni_core.plugin import Admission, OrchestratorPort, RequestView
+    from omni_core.plugin import Admission, OrchestratorPort, PluginHost, RequestView
 
 OMNI_PLUGIN_API_VERSION = 3
 
@@ -84,10 +84,10 @@ def omni_register_bridges() -> Iterable[Bridge]:
 
 @hookimpl
 def omni_register_pipelines() -> Iterable[PipelineSpec]:
-    def load() -> PipelineConfig:
+    def load(host: PluginHost) -> PipelineConfig:
         from omni_qwen_image.pipelines import qwen_image_pipeline
 
-        return qwen_image_pipeline()
+        return qwen_image_pipeline(host)
 
     return [
         PipelineSpec(

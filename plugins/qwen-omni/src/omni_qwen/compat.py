@@ -196,6 +196,12 @@ def install(force: bool = False) -> bool:
     return True
 
 
+# What a pipeline's stage ``env`` carries: found where the replica starts (omni-core expands
+# ``{package:NAME}``), so a pipeline's YAML names no machine path. Harmless with torchvision
+# installed (the sitecustomize installs nothing then).
+PORTABLE_PYTHONPATH = "{package:omni_qwen}/shim"
+
+
 def pythonpath_entry() -> str:
     """The directory to prepend to a child process's ``PYTHONPATH`` (its sitecustomize installs
     the shim at start-up)."""

@@ -186,7 +186,7 @@ def duplex_pipeline(model: str = "tiny-qwen2.5-omni", resumable: bool = True) ->
     from omni_qwen.pipelines import omni_pipeline
 
     data = omni_pipeline(model).model_dump(exclude_unset=True)
-    env = {"PYTHONPATH": compat.pythonpath_entry()} if compat.needed() else {}
+    env = {"PYTHONPATH": compat.PORTABLE_PYTHONPATH}
     options = {
         "max_model_len": MAX_MODEL_LEN,
         "max_audio": MAX_AUDIO_TURNS,
@@ -256,7 +256,7 @@ def resumable_pipeline(model: str = "tiny-qwen2.5-omni") -> PipelineConfig:
     from omni_core import PipelineConfig
     from omni_qwen import compat
 
-    env = {"PYTHONPATH": compat.pythonpath_entry()} if compat.needed() else {}
+    env = {"PYTHONPATH": compat.PORTABLE_PYTHONPATH}
     return PipelineConfig.from_dict(
         {
             "name": RESUMABLE_PIPELINE,

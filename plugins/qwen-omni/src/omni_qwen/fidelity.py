@@ -197,8 +197,9 @@ def main(argv: list[str] | None = None) -> None:
     if model_dir is None:
         from omni_core import OmniSettings
         from omni_core.extend import resolve_model
+        from omni_core.plugin import PluginHost
 
-        model_dir = resolve_model("tiny-qwen2.5-omni", OmniSettings().cache_dir)
+        model_dir = resolve_model("tiny-qwen2.5-omni", PluginHost.create(OmniSettings()))
     torch.set_num_threads(1)
     model, _ = load_token2wav(Path(model_dir))
     if args.coupled is not None:

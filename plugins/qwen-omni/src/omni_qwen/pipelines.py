@@ -1,5 +1,5 @@
-"""omni-qwen's pipelines, built in Python: the vLLM stage's ``env`` carries the shim's directory,
-whose path depends on where this package is installed.
+"""omni-qwen's pipelines, built in Python: the vLLM stage's ``env`` names the shim's directory
+portably (``{package:omni_qwen}/shim``, found where the replica starts).
 
 * ``qwen2.5-omni-thinker``: the thinker on vLLM (text, audio, image in; text out).
 * ``qwen2.5-omni``: thinker (vLLM, per-token hidden states, final text) → talker (``torch`` kind,
@@ -44,7 +44,7 @@ def thinker_engine_args(model: str = TINY_MODEL, hidden_states: bool = False) ->
     the embeddings and final hidden state of every position (what a talker reads), which needs
     every prompt position computed: prefix caching off.
     """
-    env = {"PYTHONPATH": compat.pythonpath_entry()} if compat.needed() else {}
+    env = {"PYTHONPATH": compat.PORTABLE_PYTHONPATH}
     args: dict[str, Any] = {
         "model": model,
         "max_model_len": 512,

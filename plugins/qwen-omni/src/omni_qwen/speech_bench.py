@@ -206,6 +206,7 @@ def first_chunk_cost(stream: dict[str, Any], runs: int = 5) -> dict[str, float]:
 
     from omni_core import OmniSettings
     from omni_core.extend import resolve_model
+    from omni_core.plugin import PluginHost
     from omni_qwen.fidelity import codes_of
     from omni_qwen.stream_wav import ChunkSynth, StreamDecoder, StreamOptions
     from omni_qwen.token2wav import Token2WavOptions, load_speakers, load_token2wav
@@ -213,7 +214,7 @@ def first_chunk_cost(stream: dict[str, Any], runs: int = 5) -> dict[str, float]:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        model_dir = Path(resolve_model(TINY_MODEL, OmniSettings().cache_dir))
+        model_dir = Path(resolve_model(TINY_MODEL, PluginHost.create(OmniSettings())))
         model, _ = load_token2wav(model_dir)
         speaker = load_speakers(model_dir)["Chelsie"]
         synth = ChunkSynth(model, Token2WavOptions(), StreamOptions(**stream))

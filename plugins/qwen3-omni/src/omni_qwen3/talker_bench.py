@@ -131,9 +131,10 @@ def bench_talker(quick: bool, levels: tuple[int, ...] | None = None, frames: int
 
     from omni_core import OmniSettings
     from omni_core.extend import resolve_model
+    from omni_core.plugin import PluginHost
     from omni_qwen3.talker import build
 
-    path = resolve_model("tiny-qwen3-omni", OmniSettings().cache_dir)
+    path = resolve_model("tiny-qwen3-omni", PluginHost.create(OmniSettings()))
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as the talker's stage process runs it
     try:
