@@ -222,6 +222,9 @@ TESTING = Tier(
             "FakeEntryPoints",
         ),
         "omni_core.testing.server": _from("omni_core.testing.server", "running_server"),
+        "omni_core.testing.tiers": _from(
+            "omni_core.testing.tiers", "tier_directory", "examples", "TIERS", "FAST", "Tier"
+        ),
         "omni_core.testing.speech": _from(
             "omni_core.testing.speech", "served_openai_client", "streamed_speech", "audio_deltas"
         ),

@@ -29,6 +29,7 @@ from PIL import Image
 
 from omni_core.chat_media import EXTENSIBLE_TAG, MediaBudget, decode_audio, decode_image
 from omni_core.errors import RequestError
+from omni_core.testing.tiers import examples
 from tests.media_kit import b64, blank_png, chunk, data_url, fmt_chunk, png, riff
 
 BUDGET = MediaBudget(audio_seconds=30.0, audio_bytes=4 << 20, image_pixels=1 << 20, file_bytes=0)
@@ -36,7 +37,7 @@ GROWTH = 48 << 20  # bytes of resident set one input may add while decoded (budg
 EXAMPLES = int(os.environ.get("OMNI_MEDIA_FUZZ_EXAMPLES", "60"))
 WHERE = "messages[0].content[0]"
 FUZZ = settings(
-    max_examples=EXAMPLES,
+    max_examples=examples(EXAMPLES),
     deadline=None,
     database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],

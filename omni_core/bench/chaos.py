@@ -92,7 +92,7 @@ async def run_chaos(
 ) -> ChaosReport:
     check_args(requests, concurrency)
     rng = random.Random(seed)
-    settings = OmniSettings(shutdown_timeout_s=10)
+    settings = OmniSettings(shutdown_timeout_s=10, testing_kit=True)  # its `scripted` kind
     engine = AsyncOmniEngine(
         PipelineConfig.from_yaml_text(PIPELINE, source="<chaos>"),
         settings=settings,

@@ -39,7 +39,8 @@ _RST_LITERAL = re.compile(r"``([^`]+)``")
 
 def core_host() -> PluginHost:
     """A plugin host with the core's built-in plugins only (no entry points, none disabled)."""
-    return PluginHost.create(OmniSettings(disable_plugins=[]), load_entry_points=False)
+    settings = OmniSettings(disable_plugins=[], testing_kit=True)  # the testing kit documented
+    return PluginHost.create(settings, load_entry_points=False)
 
 
 def rst_to_markdown(text: str) -> str:

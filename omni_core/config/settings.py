@@ -108,6 +108,11 @@ class OmniSettings(BaseSettings):
         description="testing only: stage processes fail one request on purpose when its "
         "sampling params' extra carries 'omni_fault' ('add' or 'step')",
     )
+    testing_kit: bool = Field(
+        default=False,
+        description="testing only: plugin managers also register the testing kit's plugin (the "
+        "`scripted` stage kind, the `scripted-chain` pipeline); its pytest plugin sets it",
+    )
     cache_dir: Path = Field(default_factory=lambda: Path.home() / ".cache" / "omni-core")
 
     @field_validator("disable_plugins", mode="before")

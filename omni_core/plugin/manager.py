@@ -60,10 +60,10 @@ _PLUGIN_ATTR = "omni_plugin"  # set on an exception leaving an attributed impl
 _COLLECTED: ContextVar[list[tuple[str, object]] | None] = ContextVar("omni_collected", default=None)
 
 # Built-in plugins: (name, module). Registered exactly like third-party ones.
-BUILTIN_PLUGINS: tuple[tuple[str, str], ...] = (
-    ("builtin", "omni_core.plugin.builtin"),
-    ("testing", "omni_core.testing.plugin"),
-)
+BUILTIN_PLUGINS: tuple[tuple[str, str], ...] = (("builtin", "omni_core.plugin.builtin"),)
+# registered only where settings.testing_kit is on (OMNI_TESTING_KIT=1: the testing kit's pytest
+# plugin sets it), never in a production manager
+TESTING_PLUGIN = ("testing", "omni_core.testing.plugin")
 
 
 @dataclass(frozen=True)
@@ -319,7 +319,8 @@ def create_plugin_manager(
     :class:`~omni_core.errors.PluginLoadError` naming the entry point, distribution and version.
     Impls of hooks no plugin declares are checked once, after every plugin registered, so the
     order of entry points does not matter. ``settings.trace_hooks`` (``OMNI_TRACE_HOOKS=1``)
-    writes pluggy's trace of every hook call to stderr.
+    writes pluggy's trace of every hook call to stderr. ``settings.testing_kit`` adds the testing
+    kit's plugin (:data:`TESTING_PLUGIN`) to the built-ins.
     """
     pm = OmniPluginManager()
     if settings.trace_hooks:
@@ -330,6 +331,8 @@ def create_plugin_manager(
         pm.set_blocked(name)
         pm.disabled.append(name)
 
+    if settings.testing_kit and TESTING_PLUGIN not in builtins:
+        builtins = (*builtins, TESTING_PLUGIN)
     for name, module_name in builtins:
         if pm.is_blocked(name):
             continue

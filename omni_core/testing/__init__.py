@@ -3,6 +3,8 @@
 * the ``scripted`` stage kind (:mod:`omni_core.testing.scripted`): deterministic outputs, fault
   injection (``fail_after``, ``die_after``, ``hang_after``, ``abort_fails``, ``rpc_error``) and
   ``process: true`` replicas;
+* the test tiers (:mod:`omni_core.testing.tiers`, loaded with the fixtures): markers ``engine``,
+  ``ray``, ``browser``, ``slow``, one extras gate (``tier_directory``), Hypothesis profiles;
 * pytest fixtures, opt-in with ``pytest_plugins = ["omni_core.testing"]``: ``omni_settings``,
   ``plugin_host`` (a fresh plugin manager per test), ``fake_entry_points``, ``make_engine``
   (an engine from a YAML string, shut down after the test);
@@ -25,5 +27,8 @@ if "pytest" in sys.modules:  # loaded as a pytest plugin: expose the fixtures
         omni_settings,
         plugin_host,
     )
+
+# loaded as a pytest plugin: the tiers plugin comes with it (pytest imports it once)
+pytest_plugins = ["omni_core.testing.tiers"]
 
 __all__ = ["ScriptedArgs", "prompt_tokens", "scripted_token"]

@@ -66,9 +66,10 @@ class FakeEntryPoints:
         return ep
 
 
-KEPT_ENV = frozenset({"OMNI_CACHE_DIR"})
+KEPT_ENV = frozenset({"OMNI_CACHE_DIR", "OMNI_TESTING_KIT"})
 """``OMNI_*`` variables :func:`omni_settings` keeps: where built models live (rebuilding the demo
-models outside the user's cache would cost every test tens of seconds)."""
+models outside the user's cache would cost every test tens of seconds) and the testing kit's
+switch (its plugin registered: the ``scripted`` kind)."""
 
 
 @pytest.fixture

@@ -55,6 +55,7 @@ def test_cpu_of_a_busy_process_counts_its_threads_time():
     assert cpu_s([os.getpid()]) - before >= 0.04
 
 
+@pytest.mark.engine
 def test_a_chain_process_that_exits_fails_the_bench_instead_of_hanging(tmp_path):
     """A hand-wired chain whose engines cannot load (no model there): its processes exit, and the
     request waiting on them fails with a CheckFailed naming them (the bench exits 1, not hang)."""

@@ -11,7 +11,9 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "scripted-chain.yam
 
 
 def omni(*args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("OMNI_")}
+    full_env = {
+        k: v for k, v in os.environ.items() if not k.startswith("OMNI_") or k == "OMNI_TESTING_KIT"
+    }
     full_env.update(env or {})
     return subprocess.run(
         [sys.executable, "-m", "omni_core.cli", *args],

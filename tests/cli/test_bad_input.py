@@ -47,6 +47,7 @@ PIPELINE_FILES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["validate", "run"])
 @pytest.mark.parametrize("case", sorted(PIPELINE_FILES))
 def test_bad_pipeline_file_exits_2_naming_file_and_field(tmp_path, case, command):
@@ -112,6 +113,7 @@ def test_long_chain_within_bounds_validates(tmp_path):
         (["config", "validate"], "Missing argument 'files'"),
     ],
 )
+@pytest.mark.slow
 def test_bad_option_exits_2_with_one_line(args, fragment):
     # serve would start a server if its options were accepted: a short timeout catches that
     assert fragment in bad_input(*args, timeout=30)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.cli.helpers import EXAMPLE, omni
 
 
@@ -76,6 +78,7 @@ def test_chaos_small_run_is_clean():
     assert "terminals/request   {1: 200}" in result.stdout
 
 
+@pytest.mark.slow
 def test_run_sends_the_prompt_as_a_chat_unless_raw():
     def thinker_text(*args: str) -> str:
         result = omni("run", "scripted-chain", "--prompt", "hello", *args)

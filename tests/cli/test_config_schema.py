@@ -36,6 +36,7 @@ def test_prints_a_schema_that_checks_pipeline_files():
     ]
 
 
+@pytest.mark.slow
 def test_follows_the_installed_and_enabled_plugins():
     stage_kinds = omni("stages").stdout
     full = schema()

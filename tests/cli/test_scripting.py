@@ -57,7 +57,9 @@ def test_a_plugin_that_fails_to_load_is_exit_2_naming_it(cli, fake_entry_points)
 
 
 def test_the_omni_script_still_exits_with_the_code():
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OMNI_")}
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("OMNI_") or k == "OMNI_TESTING_KIT"
+    }
     ok = subprocess.run([OMNI, "stages"], capture_output=True, text=True, env=env, timeout=60)
     bad = subprocess.run(
         [OMNI, "run", "no-such-pipeline"], capture_output=True, text=True, env=env, timeout=60
@@ -94,7 +96,9 @@ def test_the_run_timing_table_is_not_wrapped_when_stdout_is_not_a_terminal(cli, 
 
 
 def test_a_real_pipe_with_a_narrow_columns_is_not_wrapped():
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OMNI_")}
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("OMNI_") or k == "OMNI_TESTING_KIT"
+    }
     result = subprocess.run(
         [OMNI, "stages"], capture_output=True, text=True, env={**env, "COLUMNS": "30"}, timeout=60
     )

@@ -69,7 +69,9 @@ def test_serve_says_what_starts_until_it_serves(tmp_path):
     from tests.serve.conftest import free_port
 
     (tmp_path / "slow.yaml").write_text(SLOW)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OMNI_")}
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("OMNI_") or k == "OMNI_TESTING_KIT"
+    }
     env["OMNI_TESTING_KIT"] = "1"  # the scripted kind
     port = free_port()
     args = ["serve", str(tmp_path / "slow.yaml"), "--port", str(port)]

@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from omni_core import RequestError, SamplingParams
+from omni_core.testing.tiers import examples
 from tests.engine.test_request_ids import companion_plugin
 from tests.helpers import CHAIN
 
@@ -70,7 +71,7 @@ def test_no_caller_input_breaks_the_engine(fake_entry_points, make_engine):
     engine = make_engine(CHAIN)
 
     @settings(
-        max_examples=60,
+        max_examples=examples(60),
         deadline=None,
         suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
     )

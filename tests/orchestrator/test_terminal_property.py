@@ -11,6 +11,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from omni_core import AsyncOmniEngine, EngineDeadError, OmniSettings, PipelineConfig, SamplingParams
 from omni_core.plugin.hooks import PluginHost
+from omni_core.testing.tiers import examples
 
 PIPELINE = PipelineConfig.from_yaml_text("""
 name: chaos
@@ -154,7 +155,7 @@ class TerminalMachine(RuleBasedStateMachine):
 
 
 TerminalMachine.TestCase.settings = settings(
-    max_examples=25,
+    max_examples=examples(25),
     stateful_step_count=25,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],

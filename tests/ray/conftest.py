@@ -1,5 +1,5 @@
 """Ray runtime tests: they need the ray extra (``./setup.sh`` installs it) and carry the ``ray``
-marker (tests/optional.py: skipped without it unless OMNI_REQUIRE_RAY=1, as in CI).
+marker (omni_core.testing.tiers: skipped without it unless OMNI_REQUIRE_RAY=1, as in CI).
 
 One local Ray serves the whole directory (started once: ~5 s), the way the runtime starts its
 own: on loopback, under a supervisor (``omni_core.stage.ray_local``), so a killed pytest leaves
@@ -12,6 +12,10 @@ from __future__ import annotations
 import os
 
 import pytest
+
+from omni_core.testing.tiers import tier_directory
+
+tier_directory(__file__, "ray")
 
 
 @pytest.fixture(scope="session")

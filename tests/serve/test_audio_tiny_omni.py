@@ -6,9 +6,7 @@ extra (skipped without it unless OMNI_REQUIRE_VLLM=1, as in CI)."""
 from __future__ import annotations
 
 import base64
-import importlib.util
 import io
-import os
 import wave
 
 import numpy as np
@@ -17,10 +15,7 @@ import pytest
 
 from tests.serve.conftest import running_server
 
-if importlib.util.find_spec("vllm") is None:
-    if os.environ.get("OMNI_REQUIRE_VLLM") == "1":
-        raise RuntimeError("OMNI_REQUIRE_VLLM=1 but vllm is not installed (run ./setup.sh)")
-    pytest.skip("vllm not installed (run ./setup.sh)", allow_module_level=True)
+pytestmark = pytest.mark.engine  # the testing kit's gate: skipped without vllm, unless required
 
 SAMPLES_PER_CODE = 320  # tiny-vocoder: one codec token → 320 samples at 16 kHz
 CHAT = [{"role": "user", "content": "Say hello"}]

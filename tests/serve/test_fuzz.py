@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from omni_core.testing.tiers import examples
 from tests.serve.conftest import running_server
 
 PIPE = """
@@ -110,7 +111,7 @@ def check(response: httpx.Response) -> None:
 
 
 @settings(
-    max_examples=250,
+    max_examples=examples(250),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

@@ -25,6 +25,7 @@ from omni_core.plugin.hooks import PluginHost
 from omni_core.plugin.types import StageKind
 from omni_core.serve.app import create_app
 from omni_core.serve.server import build, serving_server
+from omni_core.testing.fixtures import KEPT_ENV
 from omni_core.testing.scripted import ScriptedStageClient
 from omni_core.testing.scripted_core import ScriptedArgs
 from tests.serve.conftest import free_port
@@ -342,7 +343,7 @@ def serve_cli(tmp_path, monkeypatch):
     from omni_core.cli.app import build_app
     from omni_core.serve import server as server_module
 
-    for name in [n for n in os.environ if n.startswith("OMNI_") and n != "OMNI_CACHE_DIR"]:
+    for name in [n for n in os.environ if n.startswith("OMNI_") and n not in KEPT_ENV]:
         monkeypatch.delenv(name)
 
     def no_engine(*args: Any, **kwargs: Any) -> Any:
@@ -381,6 +382,7 @@ def test_a_port_in_use_is_exit_2_before_the_engine_is_built(serve_cli):
     assert f"--port {port}: cannot listen on 127.0.0.1:{port}: the port is in use" in result.output
 
 
+@pytest.mark.slow
 def test_a_real_socket_that_stops_reading_is_dropped():
     """End to end: a client with a tiny receive window that never reads its stream."""
     many = PIPE.replace("num_tokens: 3, delay_s: 0.002", "num_tokens: 60000")

@@ -257,7 +257,9 @@ def test_sigterm_drains_in_flight_requests(tmp_path):
 
     (tmp_path / "p.yaml").write_text(SLOW)
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OMNI_")}
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("OMNI_") or k == "OMNI_TESTING_KIT"
+    }
     proc = subprocess.Popen(
         [
             sys.executable,

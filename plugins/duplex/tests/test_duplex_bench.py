@@ -56,6 +56,7 @@ async def test_barge_in_with_either_vad(duplex):
     assert bench.MIN_SPEECH_MS / 1000 <= silero[0] < 2
 
 
+@pytest.mark.slow
 def test_vad_rows_put_silero_beside_energy_and_check_its_figures(monkeypatch):
     rows = {r.figure: r for r in bench.vad_rows()}
     false_silero = rows["VAD false barge-ins (silero)"].value

@@ -19,6 +19,7 @@ import pytest
 from fake_socket import FakeSocket
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from omni_core.testing.tiers import examples
 
 from omni_duplex.client_events import ClientEventError, decode_frame
 
@@ -145,7 +146,7 @@ def duplex_fuzz(duplex):
 
 
 @settings(
-    max_examples=EXAMPLES,
+    max_examples=examples(EXAMPLES),
     deadline=None,
     derandomize=EXAMPLES <= 25,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],

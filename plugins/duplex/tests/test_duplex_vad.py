@@ -31,6 +31,7 @@ def scores():
     return {kind: vad_eval.score(kind, clips) for kind in ("silero", "energy")}
 
 
+@pytest.mark.slow
 def test_silero_meets_its_figures_where_the_energy_vad_barges_in_on_noise(scores):
     silero, energy = scores["silero"], scores["energy"]
     assert silero.noise_clips == energy.noise_clips == len(vad_eval.SOUNDS) * vad_eval.SEEDS

@@ -6,25 +6,24 @@ pin theirs through ``threads``).
 
 from __future__ import annotations
 
-import importlib.util
-import os
 from pathlib import Path
 
 import pytest
 
+from omni_core.testing.tiers import tier_directory
+
 # vLLM, transformers and diffusers come with ./setup.sh: without them these tests are skipped,
-# except in CI (OMNI_REQUIRE_VLLM=1), where that is an error.
-_missing = [m for m in ("vllm", "diffusers") if importlib.util.find_spec(m) is None]
-if _missing:
-    if os.environ.get("OMNI_REQUIRE_VLLM") == "1":
-        raise pytest.UsageError(f"OMNI_REQUIRE_VLLM=1 but {_missing} not installed (./setup.sh)")
-    collect_ignore_glob = ["test_*.py"]
-else:
+# except in CI (OMNI_REQUIRE_VLLM=1), where that is an error (the testing kit's one gate).
+tier_directory(__file__, "engine", "vllm", "diffusers")
+
+pytest_plugins = ["omni_core.testing"]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_torch_thread() -> None:
     import torch
 
     torch.set_num_threads(1)
-
-pytest_plugins = ["omni_core.testing"]
 
 
 @pytest.fixture(scope="session")

