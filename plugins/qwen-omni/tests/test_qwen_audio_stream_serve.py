@@ -7,12 +7,15 @@ follows it a token behind, token2wav voices its first chunk after 36 codes (the 
 enough for the talker's first 36 codes to be voiced before it ends.
 
 A seeded request speaks the same bytes twice: the request's seed reaches the talker (its codes)
-and token2wav (its DiT noise), not the thinker alone."""
+and token2wav (its DiT noise), not the thinker alone. A one-token reply (no code: the talker has
+no text row for it) still carries audio, a zero-length WAV, never ``message.audio: null``."""
 
 from __future__ import annotations
 
 import base64
+import io
 import itertools
+import wave
 
 import pytest
 from omni_qwen.pipelines import omni_pipeline
@@ -60,3 +63,18 @@ def test_a_seeded_request_speaks_the_same_bytes_twice(served):
     first = wav(7)  # the talker samples (temperature 0.9), token2wav draws noise
     assert len(first) > 44 and wav(7) == first
     assert wav(8) != first
+
+
+def test_a_reply_with_nothing_to_speak_still_carries_audio(served):
+    client, _ = served
+    reply = client.chat.completions.create(
+        model="qwen2.5-omni",
+        messages=CHAT,
+        modalities=["text", "audio"],
+        audio={"voice": "Chelsie", "format": "wav"},
+        max_tokens=1,
+    )
+    audio = reply.choices[0].message.audio
+    assert audio is not None and audio.id and audio.expires_at, reply
+    with wave.open(io.BytesIO(base64.b64decode(audio.data))) as wav:
+        assert (wav.getframerate(), wav.getnframes()) == (24000, 0)

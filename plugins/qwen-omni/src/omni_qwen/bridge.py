@@ -1,4 +1,5 @@
-"""The thinker → talker bridge (registered as ``qwen2.5-omni-talker``).
+"""The thinker → talker bridge (registered as ``qwen2.5-omni-talker``), and the talker → vocoder
+one (``qwen2.5-omni-token2wav``, :func:`talker_codes`; omni-qwen3's code2wav uses it too).
 
 The thinker is a ``vllm`` stage with ``engine_args.hidden_states: {layers: [embeddings, final]}``;
 the talker (:mod:`omni_qwen.talker`) reads, per position, the thinker's embedding-layer output and
@@ -28,6 +29,15 @@ def thinker_to_talker(
 ) -> dict[str, Any] | None:
     """The talker's input for what the thinker produced since the last call (None: nothing)."""
     return thinker_chunk(sources, original_prompt, _final)
+
+
+def talker_codes(sources: list[StageResult], original_prompt: Any, params: Any) -> list[int]:
+    """The talker's codes since the last call, always a list, an empty one too: a talker that
+    ends without a code (a one-token reply has no text row for it; or its first code is its
+    eos) still opens the vocoder's request, which voices no codes into a zero-length waveform.
+    (The core's default bridge gives None for no tokens and the stage is skipped: the request
+    then ends with no audio output at all, an OpenAI ``message.audio: null``.)"""
+    return [int(t) for source in sources for t in source.token_ids]
 
 
 def _final(layers: dict[str, Any]) -> dict[str, Any]:

@@ -21,6 +21,7 @@ THINKER_PIPELINE = "qwen2.5-omni-thinker"
 PIPELINE = "qwen2.5-omni"
 TINY_MODEL = "tiny-qwen2.5-omni"
 TALKER_BRIDGE = "qwen2.5-omni-talker"
+TOKEN2WAV_BRIDGE = "qwen2.5-omni-token2wav"  # omni_qwen.bridge.talker_codes
 TOKEN2WAV_EDGE_CHUNK = 4  # talker codes per hop to token2wav (its chunks are 24)
 
 # The talker's sampling defaults: transformers' generate() (talker_* arguments), with a cap on
@@ -162,4 +163,6 @@ def omni_pipeline(model: str = TINY_MODEL, edge: str = "stream") -> PipelineConf
     ``stream`` (token by token, one token behind) or ``on_finish`` (once the reply is whole)."""
     stages = SPEECH.stages(model, thinker_engine_args(model, hidden_states=True), edge)
     stages[2]["engine_args"]["options"] = {"stream": dict(STREAM_OPTIONS)}
+    # a talker ending without a code still gets token2wav's (zero-length) audio: no null audio
+    stages[2]["bridge"] = TOKEN2WAV_BRIDGE
     return qwen_pipeline(PIPELINE, "qwen", stages, "omni-qwen")

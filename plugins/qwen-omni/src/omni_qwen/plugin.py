@@ -120,14 +120,19 @@ def omni_duplex_register_models() -> Iterable[Any]:
 
 @hookimpl
 def omni_register_bridges() -> Iterable[Bridge]:
-    from omni_qwen.bridge import thinker_to_talker
+    from omni_qwen.bridge import talker_codes, thinker_to_talker
 
     return [
         Bridge(
             "qwen2.5-omni-talker",
             thinker_to_talker,
             "Qwen2.5-Omni thinker outputs (hidden states, prompt and reply ids) -> talker input",
-        )
+        ),
+        Bridge(
+            "qwen2.5-omni-token2wav",
+            talker_codes,
+            "Qwen2.5-Omni talker codes -> token2wav input (none too: zero-length audio)",
+        ),
     ]
 
 

@@ -1,5 +1,6 @@
 """The bridges of Qwen3-Omni: thinker → talker (registered as ``qwen3-omni-talker``) and talker →
-code2wav (``qwen3-omni-code2wav``).
+code2wav (``qwen3-omni-code2wav``: omni-qwen's :func:`~omni_qwen.bridge.talker_codes`, always a
+list, so a talker ending without a frame still gets code2wav's zero-length audio).
 
 The thinker is a ``vllm`` stage with ``engine_args.hidden_states: {layers: [embeddings,
 "layer:K"]}`` (K: the talker's ``accept_hidden_layer``); the talker (:mod:`omni_qwen3.talker`)
@@ -13,12 +14,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from omni_qwen.bridge import talker_codes as talker_to_code2wav
 from omni_qwen.bridge import thinker_chunk
 
 from omni_core import StageResult
 
 BRIDGE = "qwen3-omni-talker"
 CODE2WAV_BRIDGE = "qwen3-omni-code2wav"
+__all__ = ["BRIDGE", "CODE2WAV_BRIDGE", "talker_to_code2wav", "thinker_to_talker"]
 
 
 def thinker_to_talker(
@@ -37,12 +40,3 @@ def _layers(layers: dict[str, Any]) -> dict[str, Any]:
             "thinker's engine_args.hidden_states.layers"
         )
     return {"embeddings": layers["embeddings"], "hidden": layers[hidden[0]]}
-
-
-def talker_to_code2wav(sources: list[StageResult], original_prompt: Any, params: Any) -> list[int]:
-    """The talker's codec ids since the last call, always a list, an empty one too: a talker
-    that ends without a frame (a one-token reply, or its codec eos first) still opens code2wav's
-    request, which voices zero frames into a zero-length waveform. (The core's default bridge
-    gives None for no tokens and the stage is skipped: the request then ends with no audio at
-    all, an OpenAI ``message.audio: null``.)"""
-    return [int(t) for source in sources for t in source.token_ids]
