@@ -16,9 +16,10 @@ A tier maps each of its public modules to ``{name: the module that defines it}``
 else derives from :data:`TIERS`: ``omni_core.__all__`` (the embedders' ``omni_core`` names),
 ``omni_core.plugin`` and ``omni_core.extend`` (lazy re-exports), the public-API checker
 (:mod:`omni_core.testing.public_api` accepts an import of a manifest name from its public module
-only) and the API reference's public-names page. Older import paths (``omni_core.views``,
-``omni_core.kinds.torch_kind``, ...) still import, but they are not public: the checker refuses
-them and names the public module instead.
+only) and the API reference's public-names page. Plugin API 2's import paths (``omni_core.views``,
+``omni_core.kinds.torch_kind``, ``from omni_core import hookimpl``, ...: :data:`API2_MODULES`,
+:data:`API2_CORE_NAMES`) still import until API 4, but they are not public: the checker accepts
+them with a ``DeprecationWarning`` naming the public module (or refuses them, strict).
 
 This module imports nothing of omni-core: reading the manifest is free.
 """
