@@ -151,6 +151,7 @@ def served(site: Path) -> Iterator[tuple[str, list[str]]]:
 
 @pytest.mark.browser
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # one Chromium start per page (~1-2 s each on 2 cores)
 def test_every_page_loads_in_headless_chromium(site, served, tmp_path):
     """Each page in Chromium (``--dump-dom``: loaded, scripts run): the rendered page has its
     title and navigation, and no request the browser made (styles, scripts, images, fonts,
@@ -166,6 +167,12 @@ def test_every_page_loads_in_headless_chromium(site, served, tmp_path):
         "--no-sandbox",  # CI runs as root
         "--disable-gpu",
         "--disable-dev-shm-usage",  # containers' small /dev/shm
+        # no network but loopback here: no background fetches, updates, sync or QUIC probes
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-quic",
         f"--user-data-dir={tmp_path / 'profile'}",
         "--dump-dom",
     ]
