@@ -186,3 +186,27 @@ def test_a_bad_tool_is_one_error_naming_the_field_and_the_socket_stays(served):
         assert error.type == "error" and "'session.tools[0].parameters'" in error.error.message
         conn.session.update(session={**TEXT, "tools": TOOLS})
         assert until(conn, "error", "session.updated")[-1].type == "session.updated"
+
+
+def test_a_long_chat_leaves_out_its_oldest_turns_and_a_too_long_turn_fails_alone(served):
+    """Issue 34 item 3 on the ``chat`` plug (the whole conversation re-rendered each response):
+    past ``max_model_len`` (512 here) the oldest items are left out of the prompt (the 3rd of
+    these turns was refused before, and every one after it); a turn too long alone is one error,
+    it leaves the conversation, and the next turn works."""
+    client, prompts = served
+    statuses, errors = [], []
+    with client.realtime.connect(model=MODEL) as conn:
+        conn.recv()
+        for i in range(6):
+            seen = ask(conn, {}, f"Turn {i}: " + "hello " * 120)
+            errors += [e for e in seen if e.type == "error"]
+            statuses.append(seen[-1].response.status if seen[-1].type == "response.done" else "")
+        last = prompts.last()
+        too_long = ask(conn, {}, "hello " * 600)
+        seen = ask(conn, {}, "hi")
+    assert statuses == ["completed"] * 6 and errors == [], (statuses, errors)
+    assert "Turn 5:" in last and "Turn 0:" not in last
+    (error,) = [e for e in too_long if e.type == "error"]
+    assert error.error.code == "input_rejected" and "max_model_len" in error.error.message
+    assert seen[-1].type == "response.done" and seen[-1].response.status == "completed"
+    assert "hello " * 200 not in prompts.last() and "Turn 5:" in prompts.last()

@@ -2,7 +2,10 @@
 
 Each response re-renders the conversation (instructions as the system message, the history, the
 new turns) through the engine's ``render_chat`` (what ``omni serve``'s chat route sends: the chat
-template, then the tokenizer), with the session's tools in the template's ``tools``. A function
+template, then the tokenizer), with the session's tools in the template's ``tools``. Where it
+does not fit the first stage's ``max_model_len`` (with the response's ``max_tokens``), the
+oldest history items are left out of the prompt until it does (a tool output never without its
+call); the new turns always go in. A function
 call of the history is an assistant message's ``tool_calls``, its ``function_call_output`` a
 ``tool`` message (:mod:`omni_duplex.tools`), exactly as chat messages render them. Outputs are
 projected as the ``tiny-omni`` plug does (the text stage's text, audio chunks at 24 kHz).
@@ -10,6 +13,7 @@ projected as the ``tiny-omni`` plug does (the text stage's text, audio chunks at
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from omni_duplex.errors import DuplexError
@@ -97,10 +101,27 @@ class ChatModel(TinyOmniModel):
         assert self.engine is not None, "ChatModel.bind was not called"
         plan = super().plan_response(context)
         options = ChatOptions(tools=tool_list(context.session.tools))
-        try:
-            rendered = self.engine.render_chat(conversation(context), options)
-        except RequestError as exc:
-            raise DuplexError("invalid_request", f"the conversation: {exc}") from None
+        limit = getattr(self.engine.prompt_renderer, "max_model_len", None)
+        first_stage = plan.params[min(plan.params)] if plan.params else None
+        reserve = (first_stage.max_tokens if first_stage is not None else None) or 1
+        history, first = context.history, 0
+        while True:
+            try:
+                rendered = self.engine.render_chat(
+                    conversation(replace(context, history=history[first:])), options
+                )
+                count = rendered.num_tokens
+                fits = limit is None or count is None or count + reserve <= limit
+            except RequestError as exc:
+                if "max_model_len" not in str(exc) or first >= len(history):
+                    code = "input_rejected" if "max_model_len" in str(exc) else "invalid_request"
+                    raise DuplexError(code, f"the conversation: {exc}") from None
+                fits = False
+            if fits or first >= len(history):
+                break
+            first += 1  # the oldest item out; a tool output goes with its call
+            while first < len(history) and history[first].get("type") == "function_call_output":
+                first += 1
         plan.prompt = rendered.prompt
         return plan
 

@@ -385,10 +385,17 @@ class SessionRunner:
             {sid: s.name for sid, s in self.orch.port.pipeline.stages.items()},
             self.id,
         )
-        if self.model.plans_off_loop:
-            plan = await asyncio.to_thread(self.model.plan_response, context)
-        else:
-            plan = self.model.plan_response(context)
+        try:
+            if self.model.plans_off_loop:
+                plan = await asyncio.to_thread(self.model.plan_response, context)
+            else:
+                plan = self.model.plan_response(context)
+        except DuplexError as exc:
+            if exc.code == "input_rejected":  # these turns would be refused with every later one
+                for turn in self.turns:
+                    self.emit(P.ITEM_DELETED, item_id=turn.item_id, reason="input_rejected")
+                self.turns.clear()
+            raise
         response_tools = await tools.prepare(self, plan)
         answered = [turn.item_id for turn in self.turns]
         for turn in self.turns:
