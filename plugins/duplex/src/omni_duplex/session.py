@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from omni_duplex import protocol as P
 from omni_duplex import tools
 from omni_duplex.errors import DuplexError
+from omni_duplex.history import truncate
 from omni_duplex.lease import Lease
 from omni_duplex.model import ResponseContext, UserTurn
 
@@ -200,7 +201,7 @@ class SessionRunner:
             self.vad, self.speech_item = self._new_vad(), None
             self.emit(P.INPUT_CLEARED)
         elif isinstance(cmd, P.TruncateItem):
-            self._truncate(cmd)
+            truncate(self, cmd)
         elif isinstance(cmd, P.ToolOutput):
             tools.add_output(self, cmd)
         elif isinstance(cmd, P.UpdateSession):
@@ -309,44 +310,6 @@ class SessionRunner:
             self.history.remove(item)
             self.history_bytes -= len(item["text"].encode("utf-8", "surrogatepass"))
             self.emit(P.ITEM_DELETED, item_id=item["item_id"], reason=reason)
-
-    def _truncate(self, cmd: P.TruncateItem) -> None:
-        """Keep only what the user heard of an assistant reply: the share of its text spoken in
-        ``audio_end_ms`` of its audio (cut at a word boundary); the model never sees the rest."""
-        item = next((h for h in self.history if h["item_id"] == cmd.item_id), None)
-        if item is None or item["role"] != "assistant":
-            raise DuplexError(
-                "item_truncate_invalid_item_id",
-                f"conversation.item.truncate: 'item_id': no assistant item '{cmd.item_id}' in the "
-                "conversation",
-            )
-        if cmd.content_index != 0:
-            raise DuplexError(
-                "invalid_event",
-                f"conversation.item.truncate: 'content_index': {cmd.content_index}; a reply has "
-                "one content part (0)",
-            )
-        total = item.get("audio_ms", 0)
-        if cmd.audio_end_ms > total:
-            raise DuplexError(
-                "invalid_event",
-                f"conversation.item.truncate: 'audio_end_ms' {cmd.audio_end_ms} is past the "
-                f"reply's audio ({total} ms)",
-            )
-        text = item["text"]
-        keep = len(text) * cmd.audio_end_ms // total if total else 0
-        if 0 < keep < len(text) and not text[keep].isspace():
-            keep = text.rfind(" ", 0, keep) + 1  # no half word
-        cut = text[:keep].rstrip()
-        self.history_bytes -= len(text.encode("utf-8", "surrogatepass"))
-        self.history_bytes += len(cut.encode("utf-8", "surrogatepass"))
-        item["text"], item["audio_ms"] = cut, cmd.audio_end_ms
-        self.emit(
-            P.ITEM_TRUNCATED,
-            item_id=cmd.item_id,
-            content_index=0,
-            audio_end_ms=cmd.audio_end_ms,
-        )
 
     async def _commit(
         self, create_response: bool, event_id: Any, item_id: str | None = None
