@@ -7,7 +7,7 @@ ones 4.8 s, a 50 000-value ``enum`` over a minute. Every request's spec is there
 :data:`MAX_GRAMMAR_CHARS` characters (its JSON text; a regex's or grammar's own length) and
 :data:`MAX_ALTERNATIVES` alternatives (``choice`` entries, ``enum`` values, ``anyOf`` / ``oneOf``
 branches, ``|`` of a regex or grammar): at these bounds the worst spec measured compiles in
-about 0.4 s (docs/security.md). ``omni serve`` checks it while parsing the body (a 400 naming
+0.36 to 0.57 s (docs/security.md). ``omni serve`` checks it while parsing the body (a 400 naming
 the request's own field), the vllm stage again before vLLM sees the request.
 
 Import-light: no vLLM, used by the server and by the stage.
@@ -94,6 +94,8 @@ def size_problem(spec: dict[str, Any]) -> tuple[str, str] | None:
     else:
         try:
             alternatives = _alternatives(json.loads(text) if isinstance(value, str) else value)
+        except RecursionError:
+            return kind, "nested too deeply to compile"
         except ValueError:  # not JSON: vLLM's own validation says so
             alternatives = 0
     if alternatives > MAX_ALTERNATIVES:

@@ -68,6 +68,8 @@ def test_deep_schemas_are_counted_without_recursion():
         schema = {"anyOf": [schema]}
     found = size_problem({"json": schema})
     assert found == ("json", "nested too deeply to compile")
+    as_text = {"json": "[" * 16_000 + "]" * 16_000}  # a string, within the characters
+    assert size_problem(as_text) == ("json", "nested too deeply to compile")
 
 
 def test_the_field_a_stage_names():

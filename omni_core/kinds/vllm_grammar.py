@@ -9,7 +9,11 @@ is cached) queues behind it. :class:`GrammarPool` replaces that executor
 queued compile is cancelled, and a compile already running is left to finish on its own thread
 while a fresh thread takes over the queue (at most ``spare`` such abandoned compiles at once;
 each is short, as :mod:`omni_core.grammar` bounds what one request may compile). Nothing can
-stop xgrammar's native compile midway; this keeps it from blocking anyone.
+stop xgrammar's native compile midway; this keeps it from blocking anyone. Specs of at most
+:data:`SMALL_CHARS` characters (``json_object``, most schemas) compile on a lane of their own,
+so they never queue behind a large compile, abandoned or live; large compiles run at a lower
+CPU priority (nice +:data:`NICE`, xgrammar's helper threads included; an abandoned one at 19)
+than the engine's thread, so they take the CPU from nobody's generation.
 
 A grammar that compiles but admits no output (no first token: the JSON schema
 ``{"$ref": "#"}``) made vLLM answer one rejected token and ``finish_reason: "error"``; the pool
@@ -20,6 +24,7 @@ for the stage to report as a 400).
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
@@ -65,12 +70,20 @@ class GrammarPool:
     """An executor in place of vLLM's grammar-compile one (``submit`` / ``shutdown``).
 
     ``workers`` threads take the queue; :meth:`prune` abandons the compiles of requests that are
-    gone. ``failures``: request id -> why its compile failed (the last :data:`MAX_FAILURES`).
+    gone. With ``small_chars``, specs of at most that many characters (``json_object``, a
+    typical schema: milliseconds) have a lane of their own, one thread: they never wait behind
+    a large compile, abandoned or not. ``failures``: request id -> why its compile failed (the
+    last :data:`MAX_FAILURES`).
     """
 
-    def __init__(self, workers: int, spare: int = 2) -> None:
+    def __init__(
+        self, workers: int, spare: int = 2, small_chars: int | None = None, nice: int = 0
+    ) -> None:
         self.workers = max(1, workers)
         self.spare = max(0, spare)
+        self.nice = nice
+        self.small_chars = small_chars
+        self.small = GrammarPool(1, 0) if small_chars is not None else None
         self._cv = threading.Condition()
         self._queue: deque[_Job] = deque()
         self._threads: set[threading.Thread] = set()  # serving the queue
@@ -83,6 +96,8 @@ class GrammarPool:
 
     # --- the executor interface vLLM uses ------------------------------------------------------
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        if self.small is not None and _spec_chars(args) <= (self.small_chars or 0):
+            return self.small.submit(fn, *args, **kwargs)
         request_id = getattr(args[0], "request_id", None) if args else None
         future: Future[Any] = Future()
         with self._cv:
@@ -94,6 +109,8 @@ class GrammarPool:
         return future
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        if self.small is not None:
+            self.small.shutdown(wait, cancel_futures=cancel_futures)
         with self._cv:
             self._closed = True
             if cancel_futures:
@@ -112,6 +129,8 @@ class GrammarPool:
         one is cancelled, a running one finishes on its own thread (up to ``spare`` at once) and
         a new thread takes its place."""
         alive = set(live)
+        if self.small is not None:
+            self.small.prune(alive)
         with self._cv:
             kept: deque[_Job] = deque()
             for job in self._queue:
@@ -127,12 +146,17 @@ class GrammarPool:
                     self._threads.discard(thread)
                     self._orphans.add(thread)
                     self.abandoned += 1
+                    _lower_priority(thread.native_id, 19)  # nobody waits for it any more
             self._grow()
             self._cv.notify_all()
 
     def take_failure(self, request_id: str) -> GrammarError | None:
         """Why the compile of ``request_id`` (or of a request vLLM derived from it: its internal
         id carries a suffix, ``n`` > 1 a prefix) failed, once."""
+        if self.small is not None:
+            found = self.small.take_failure(request_id)
+            if found is not None:
+                return found
         with self._cv:
             for key in list(self.failures):
                 if key == request_id or request_id in key:
@@ -143,7 +167,7 @@ class GrammarPool:
     def busy(self) -> int:
         """Compiles running now (abandoned ones included)."""
         with self._cv:
-            return len(self._running)
+            return len(self._running) + (self.small.busy if self.small is not None else 0)
 
     # --- threads ---------------------------------------------------------------------------------
     def _grow(self) -> None:
@@ -154,6 +178,8 @@ class GrammarPool:
 
     def _serve(self) -> None:
         me = threading.current_thread()
+        if self.nice:  # xgrammar's compile threads, started from this one, inherit it
+            _lower_priority(me.native_id, self.nice, relative=True)
         while True:
             with self._cv:
                 while not self._queue and not self._closed and me in self._threads:
@@ -194,7 +220,33 @@ class GrammarPool:
                 self.failures.popitem(last=False)
 
 
-def install(manager: Any, spare: int = 2) -> GrammarPool | None:
+def _lower_priority(tid: int | None, nice: int, relative: bool = False) -> None:
+    """Raise thread ``tid``'s nice value (Linux: per thread) to ``nice`` (or by it)."""
+    if tid is None or not hasattr(os, "setpriority"):
+        return
+    try:
+        now = os.getpriority(os.PRIO_PROCESS, tid)
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, max(now, now + nice if relative else nice)))
+    except OSError:  # the thread ended already, or no such thread here
+        pass
+
+
+def _spec_chars(args: tuple[Any, ...]) -> int:
+    """The length of the spec a vLLM compile job compiles (its request's structured-output key;
+    unknown: as large as can be)."""
+    try:
+        return len(args[0].structured_output_request.structured_output_key[1])
+    except (AttributeError, IndexError, TypeError):
+        return 1 << 62
+
+
+SMALL_CHARS = 4096  # specs this short compile in milliseconds: their own lane
+NICE = 10  # large compiles run this much nicer than the engine's thread (the model's steps)
+
+
+def install(
+    manager: Any, spare: int = 2, small_chars: int | None = SMALL_CHARS
+) -> GrammarPool | None:
     """Put a :class:`GrammarPool` (as many threads as vLLM's executor) in place of the
     executor of vLLM's ``StructuredOutputManager``; None when it has none (no tokenizer).
     vLLM's own log of a failed compile (a traceback) is left out: the stage logs each failure
@@ -202,7 +254,7 @@ def install(manager: Any, spare: int = 2) -> GrammarPool | None:
     old = getattr(manager, "executor", None)
     if old is None:
         return None
-    pool = GrammarPool(getattr(old, "_max_workers", 1), spare)
+    pool = GrammarPool(getattr(old, "_max_workers", 1), spare, small_chars, NICE)
     manager.executor = pool
     old.shutdown(wait=False)
     logging.getLogger("vllm.v1.structured_output").setLevel(logging.CRITICAL)

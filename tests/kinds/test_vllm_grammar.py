@@ -60,6 +60,25 @@ def test_without_pruning_the_queue_waits_as_in_vllm():
     pool.shutdown()
 
 
+def test_small_specs_do_not_wait_behind_a_large_compile():
+    pool = GrammarPool(workers=1, small_chars=10)
+    started, release = threading.Event(), threading.Event()
+
+    def job(rid: str, spec: str) -> SimpleNamespace:
+        key = SimpleNamespace(structured_output_key=("json", spec))
+        return SimpleNamespace(request_id=rid, structured_output_request=key)
+
+    pool.submit(blocking(started, release), job("large", "x" * 11))
+    assert started.wait(WAIT)
+    small = pool.submit(lambda r: "json_object", job("small", ""))
+    other_large = pool.submit(lambda r: "large too", job("large2", "y" * 11))
+    assert small.result(WAIT) == "json_object"  # while the large compile runs, nothing pruned
+    assert not other_large.done()
+    release.set()
+    assert other_large.result(WAIT) == "large too"
+    pool.shutdown()
+
+
 def test_abandoned_compiles_beyond_the_spare_keep_their_worker():
     pool = GrammarPool(workers=1, spare=0)
     started, release = threading.Event(), threading.Event()
@@ -143,3 +162,16 @@ def test_a_grammar_that_admits_nothing_fails(schema):
 def test_grammars_with_an_output_pass(schema):
     check_admits_output(compiled(schema))
     check_admits_output(SimpleNamespace())  # another backend's grammar: not checked
+
+
+def test_large_compiles_run_nicer_than_the_engine_thread():
+    import os
+
+    base = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    pool = GrammarPool(workers=1, nice=5)
+    got = pool.submit(
+        lambda r: os.getpriority(os.PRIO_PROCESS, threading.get_native_id()), request("a")
+    )
+    assert got.result(WAIT) == min(19, base + 5)
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == base  # the caller's kept
+    pool.shutdown()
