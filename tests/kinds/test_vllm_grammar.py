@@ -175,3 +175,40 @@ def test_large_compiles_run_nicer_than_the_engine_thread():
     assert got.result(WAIT) == min(19, base + 5)
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == base  # the caller's kept
     pool.shutdown()
+
+
+def worker_with(pool: GrammarPool):
+    """A vllm stage worker without its engine: what ``_take`` reads of a finished request."""
+    from omni_core.kinds.vllm_worker import VllmWorkerEngine
+
+    worker = VllmWorkerEngine.__new__(VllmWorkerEngine)
+    worker.grammars, worker.grammar_of = pool, {}
+    worker.faulty, worker.streamed, worker.sub_owner, worker.fresh = set(), {}, {}, set()
+    return worker
+
+
+def finished(rid: str, reason: str) -> SimpleNamespace:
+    out = SimpleNamespace(token_ids=[5], text="!", finish_reason=reason, logprobs=None)
+    return SimpleNamespace(request_id=rid, outputs=[out], finished=True)
+
+
+def test_an_error_finish_of_a_structured_request_is_a_400_naming_its_field():
+    pool = GrammarPool(workers=1)
+    worker = worker_with(pool)
+    worker.grammar_of["r1"] = ("response_format.json_schema", "r1-abcd1234")
+    with pytest.raises(GrammarError) as err:  # a dead end after some tokens: no failure kept
+        worker._take(finished("r1", "error"), [])
+    assert err.value.param == "response_format.json_schema" and err.value.status_code == 400
+    assert "rejected every next token" in str(err.value) and "r1" not in worker.grammar_of
+
+    def empty(req):
+        check_admits_output(compiled({"$ref": "#"}))
+
+    with pytest.raises(GrammarError):
+        pool.submit(empty, request("r2-abcd1234")).result(WAIT)
+    worker.grammar_of["r2"] = ("tools[0].function.parameters", "r2-abcd1234")
+    with pytest.raises(
+        GrammarError, match=r"^'tools\[0\]\.function\.parameters': .*admits no output"
+    ):
+        worker._take(finished("r2", "error"), [])
+    pool.shutdown()
