@@ -107,7 +107,7 @@ def tier_directory(conftest_file: str | Path, marker: str, *needs: str) -> None:
         raise ValueError(f"tier_directory: unknown marker {marker!r} (one of {', '.join(TIERS)})")
     tier = TIERS[marker]
     modules = needs or ((tier.module,) if tier.module else ())
-    _DIRECTORIES[Path(conftest_file).resolve().parent] = (marker, tuple(modules))
+    _DIRECTORIES[Path(os.path.abspath(conftest_file)).parent] = (marker, tuple(modules))
 
 
 def examples(count: int) -> int:
@@ -214,9 +214,12 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def _directory_of(path: Path) -> tuple[str, tuple[str, ...]] | None:
-    path = path.resolve()
+    if not _DIRECTORIES:
+        return None
+    text = os.path.abspath(path)
     for directory, declared in _DIRECTORIES.items():
-        if path == directory or directory in path.parents:
+        root = str(directory)
+        if text == root or text.startswith(root + os.sep):
             return declared
     return None
 
