@@ -10,7 +10,10 @@ Three tiers, each building on the one before, plus the testing kit:
 * **stage-kind and engine-kind authors** (``omni_core.extend``): stage clients, the torch
   kind's engine API, the loop inbox, the data plane, media and tiny-model helpers, the bases of
   an engine kind;
-* **the testing kit** (``omni_core.testing`` and its submodules).
+* **model-family authors** (``omni_core.family``): the family kit (registration helpers, the
+  tiny-checkpoint toolkit and compat shim, checkpoint readers, audio options, streaming vocoder
+  windows);
+* **the testing kit** (``omni_core.testing`` and its submodules, the parity harness included).
 
 A tier maps each of its public modules to ``{name: the module that defines it}``. Everything
 else derives from :data:`TIERS`: ``omni_core.__all__`` (the embedders' ``omni_core`` names),
@@ -208,6 +211,47 @@ EXTENDERS = Tier(
     },
 )
 
+FAMILY_AUTHORS = Tier(
+    "model-family authors (the family kit)",
+    {
+        "omni_core.family": {
+            **_from("omni_core.family.registration", "tiny_model", "lazy_pipeline", "lazy"),
+            **_from(
+                "omni_core.family.tiny",
+                "corpus",
+                "bpe_tokenizer",
+                "shrink",
+                "require_consistent",
+                "redraw",
+                "checksums",
+                "quiet_transformers",
+                "whisper_features",
+                "omni_chat_template",
+            ),
+            **_from(
+                "omni_core.family.checkpoint",
+                "local_checkpoint",
+                "read_rows",
+                "generation_config",
+                "token_ids",
+                "ImageGrid",
+            ),
+            **_from("omni_core.family.audio", "audio_streamed"),
+            **_from("omni_core.family.windows", "causal_piece", "causal_stream", "exact_context"),
+        },
+        "omni_core.family.compat": _from(
+            "omni_core.family.compat",
+            "install",
+            "installed",
+            "needed",
+            "stub_video_processor_class",
+            "pythonpath_entry",
+            "PORTABLE_PYTHONPATH",
+            "SHIM_DIR",
+        ),
+    },
+)
+
 TESTING = Tier(
     "plugin tests (the testing kit)",
     {
@@ -232,10 +276,19 @@ TESTING = Tier(
         "omni_core.testing.public_api": _from(
             "omni_core.testing.public_api", "public_api_violations"
         ),
+        "omni_core.testing.parity": _from(
+            "omni_core.testing.parity",
+            "built_model",
+            "BuiltModels",
+            "check_exact",
+            "check_ids_or_top_k",
+            "check_bounded",
+            "ParityError",
+        ),
     },
 )
 
-TIERS: tuple[Tier, ...] = (EMBEDDERS, HOOK_AUTHORS, EXTENDERS, TESTING)
+TIERS: tuple[Tier, ...] = (EMBEDDERS, HOOK_AUTHORS, EXTENDERS, FAMILY_AUTHORS, TESTING)
 """Every public name of omni-core, per audience."""
 
 API2_MODULES: frozenset[str] = frozenset(

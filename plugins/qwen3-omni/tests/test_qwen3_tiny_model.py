@@ -10,12 +10,12 @@ import sys
 
 import pytest
 import torch
-from omni_qwen import compat
 from omni_qwen3 import build as tiny
 from omni_qwen3.plugin import TINY_MODEL, committed_checksums
 from qwen3_helpers import AUDIO_TOKEN, IM_END
 from qwen_prompts import AUDIO_CHAT, TEXT_CHAT, hf_inputs, sine
 
+from omni_core.family import compat
 from omni_core.models import tree_hashes
 
 pytestmark = pytest.mark.engine

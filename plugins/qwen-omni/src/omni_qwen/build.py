@@ -5,18 +5,26 @@ the ``Qwen2_5OmniConfig`` (thinker with audio and vision encoders, talker, token
 BigVGAN), random weights, a byte-level BPE tokenizer with the Qwen2.5-Omni special tokens, the
 processor files (Whisper feature extractor, Qwen2-VL image processor, video sizes), the chat
 template and ``spk_dict.pt`` (Chelsie, Ethan). Sizes that must agree are checked in
-:func:`check_config` (see docs/models.md for why each matters).
+:func:`check_config` (see docs/models.md for why each matters). The recipe's generic parts
+(corpus, tokenizer, weights, processor pieces) are the family kit's (:mod:`omni_core.family`).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from omni_qwen import compat
+from omni_core.family import (
+    bpe_tokenizer,
+    corpus,
+    omni_chat_template,
+    quiet_transformers,
+    redraw,
+    require_consistent,
+    whisper_features,
+)
+from omni_core.family.compat import install, stub_video_processor_class
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -66,42 +74,8 @@ SYSTEM_PROMPT = (
 )
 
 
-def chat_template(audio: str, image: str, video: str, system: str | None = None) -> str:
-    """A Qwen omni chat template: ``system`` as the default system turn (None: none); audio,
-    image and video parts become the given placeholders (an OpenAI ``input_audio`` part counts
-    as audio). Also omni-qwen3's builder's (Qwen3-Omni's markers, no default system turn)."""
-    default = (
-        "{% if loop.first and message['role'] != 'system' %}"
-        "<|im_start|>system\n" + system + "<|im_end|>\n"
-        "{% endif %}"
-        if system is not None
-        else ""
-    )
-    return (
-        "{% for message in messages %}" + default + "<|im_start|>{{ message['role'] }}\n"
-        "{% if message['content'] is string %}"
-        "{{ message['content'] }}"
-        "{% else %}"
-        "{% for part in message['content'] %}"
-        "{% if part['type'] in ('audio', 'audio_url', 'input_audio') %}"
-        + audio
-        + "{% elif part['type'] in ('image', 'image_url') %}"
-        + image
-        + "{% elif part['type'] in ('video', 'video_url') %}"
-        + video
-        + "{% elif part['type'] == 'text' %}"
-        "{{ part['text'] }}"
-        "{% endif %}"
-        "{% endfor %}"
-        "{% endif %}"
-        "<|im_end|>\n"
-        "{% endfor %}"
-        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-    )
-
-
 # After Qwen2.5-Omni's template: a default system turn, placeholders between begin/end markers.
-CHAT_TEMPLATE = chat_template(
+CHAT_TEMPLATE = omni_chat_template(
     "<|audio_bos|><|AUDIO|><|audio_eos|>",
     "<|vision_bos|><|IMAGE|><|vision_eos|>",
     "<|vision_bos|><|VIDEO|><|vision_eos|>",
@@ -118,34 +92,6 @@ _WORDS = (
     "question tell describe what colour color sound tone sine wave frequency hertz second "
     "assistant user system model tiny random omni qwen thinker talker token wav"
 ).split()
-_SYLLABLES = (
-    "ba be bi bo bu ka ke ki ko ku la le li lo lu ma me mi mo mu na ne ni no nu ra re ri ro ru "
-    "sa se si so su ta te ti to tu va ve vi vo vu za ze zi zo zu an en in on un ar er ir or ur "
-    "st tr pl gr th sh ch qu"
-).split()
-
-
-def corpus(words_list: tuple[str, ...] | list[str] = (), seed: int = 20251203) -> list[str]:
-    """A deterministic corpus (an LCG, no global RNG): English words (``words_list``, default
-    this builder's), made-up words, digits and punctuation, so byte-level BPE reaches
-    :data:`BPE_VOCAB` entries. Also omni-qwen3's builder's, with its own words and seed."""
-    vocabulary = list(words_list) or _WORDS
-    x = seed
-    lines = []
-    for i in range(6000):
-        words = []
-        for _ in range(4 + i % 13):
-            x = (1103515245 * x + 12345) % (2**31)
-            if x % 3:
-                words.append(vocabulary[(x >> 4) % len(vocabulary)])
-            else:
-                n = 1 + (x >> 8) % 4
-                word = "".join(_SYLLABLES[(x >> (10 + 3 * k)) % len(_SYLLABLES)] for k in range(n))
-                words.append(word.capitalize() if (x >> 20) % 5 == 0 else word)
-        sep = ".,;:!?"[i % 6]
-        lines.append(" ".join(words) + sep + (f" {i}" if i % 4 == 0 else ""))
-    lines.append("ABCDEFGHIJKLMNOPQRSTUVWXYZ abcdefghijklmnopqrstuvwxyz 0123456789 .,;:!?'\"()-")
-    return lines
 
 
 def build_tokenizer() -> Any:
@@ -158,33 +104,9 @@ def build_tokenizer() -> Any:
         "vision_bos_token": "<|vision_bos|>",
         "vision_eos_token": "<|vision_eos|>",
     }
-    return qwen_tokenizer(corpus(), SPECIAL_TOKENS + TTS_TOKENS + SPEAKER_TOKENS, extra)
-
-
-def qwen_tokenizer(lines: list[str], added: tuple[str, ...], extra: dict[str, str]) -> Any:
-    """A Qwen2 tokenizer of :data:`VOCAB` tokens: byte-level BPE of :data:`BPE_VOCAB` entries
-    trained on ``lines``, the ``added`` special tokens from id :data:`BPE_VOCAB` on in order, then
-    fillers (``extra``: the named special tokens). Also omni-qwen3's builder's."""
-    from transformers import Qwen2TokenizerFast
-
-    from omni_core.extend import train_qwen2_bpe
-
-    tok = train_qwen2_bpe(lines, BPE_VOCAB)
-    if tok.get_vocab_size() != BPE_VOCAB:
-        raise RuntimeError(f"BPE vocab is {tok.get_vocab_size()} entries, not {BPE_VOCAB}")
-    fillers = tuple(f"<|extra_{i}|>" for i in range(VOCAB - BPE_VOCAB - len(added)))
-    tok.add_special_tokens(list(added + fillers))
-    tokenizer = Qwen2TokenizerFast(
-        tokenizer_object=tok,
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        extra_special_tokens=extra,
-        model_max_length=32768,
-        clean_up_tokenization_spaces=False,
-    )
-    if len(tokenizer) != VOCAB:
-        raise RuntimeError(f"tokenizer has {len(tokenizer)} tokens, not {VOCAB}")
-    return tokenizer
+    lines = corpus(_WORDS, seed=20251203)
+    added = SPECIAL_TOKENS + TTS_TOKENS + SPEAKER_TOKENS
+    return bpe_tokenizer(lines, added, extra, BPE_VOCAB, VOCAB)
 
 
 def build_config(user_token_id: int) -> Any:
@@ -327,9 +249,7 @@ def check_config(config: Any) -> None:
             "tts text ids outside the thinker vocab",
         ),
     ]
-    bad = [why for ok, why in problems if not ok]
-    if bad:
-        raise ValueError(f"tiny-qwen2.5-omni config inconsistent: {'; '.join(bad)}")
+    require_consistent("tiny-qwen2.5-omni", problems)
 
 
 VOICE_GAIN = 1e6  # token2wav's waveform scale (randomize)
@@ -346,42 +266,12 @@ def randomize(model: Any) -> None:
         ("thinker.audio_tower.", 0.1),
         ("thinker.visual.", 0.1),
     )
-    redraw(model, scales)
+    redraw(model, scales, SEED)
     with torch.no_grad():
         model.talker.codec_head.weight.mul_(10.0)
         # BigVGAN's last layer (conv_post: linear, no bias, then a clamp to [-1, 1]) scaled so the
         # random vocoder is audible: its output peaks at ~4.4e-7 otherwise (~0.44 after)
         model.token2wav.code2wav_bigvgan_model.conv_post.weight.mul_(VOICE_GAIN)
-
-
-def redraw(model: Any, scales: tuple[tuple[str, float], ...], seed: int = SEED) -> None:
-    """Re-draw every matrix (>= 2-D parameter) whose name starts with a prefix of ``scales``
-    from ``N(0, std)`` of one generator seeded with ``seed``, in registration order
-    (deterministic). Also omni-qwen3's builder's."""
-    import torch
-
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if param.dim() < 2:
-                continue
-            std = next((s for prefix, s in scales if name.startswith(prefix)), None)
-            if std is not None:
-                param.copy_(torch.randn(param.shape, generator=gen) * std)
-
-
-def whisper_features() -> Any:
-    """The audio feature extractor of both Qwen omni families (128 mel bins, 16 kHz, 30 s)."""
-    from transformers import WhisperFeatureExtractor
-
-    return WhisperFeatureExtractor(
-        feature_size=128,
-        sampling_rate=16000,
-        hop_length=160,
-        chunk_length=300,
-        n_fft=400,
-        return_attention_mask=True,
-    )
 
 
 def build_processor(tokenizer: Any) -> Any:
@@ -393,7 +283,7 @@ def build_processor(tokenizer: Any) -> Any:
     image = Qwen2VLImageProcessorPil(
         min_pixels=56 * 56, max_pixels=64 * 28 * 28, patch_size=14, merge_size=2
     )
-    video = compat.stub_video_processor_class()(
+    video = stub_video_processor_class()(
         size={"shortest_edge": 56 * 56, "longest_edge": 64 * 28 * 28}
     )
     features = whisper_features()
@@ -422,7 +312,7 @@ def speakers() -> dict[str, dict[str, Any]]:
 
 def build(out: Path) -> None:
     """Write the whole checkpoint into ``out`` (about 20 MB, a few seconds on 2 cores)."""
-    compat.install()
+    install()
     import torch
     from transformers import Qwen2_5OmniForConditionalGeneration
 
@@ -436,22 +326,3 @@ def build(out: Path) -> None:
         model.save_pretrained(out, safe_serialization=True)
         build_processor(tokenizer).save_pretrained(out)
         torch.save(speakers(), out / "spk_dict.pt")
-
-
-@contextmanager
-def quiet_transformers() -> Iterator[None]:
-    """transformers' logging at error level and no progress bars inside, restored after (the
-    builders of omni-qwen and omni-qwen3): its config validation warns about the *real* default
-    ids of sub-configs it builds while validating (151647...), and save_pretrained draws a
-    progress bar: noise here."""
-    from transformers.utils import logging as hf_logging
-
-    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        hf_logging.set_verbosity(verbosity)
-        if bars:
-            hf_logging.enable_progress_bar()

@@ -58,6 +58,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from omni_core import ConfigError, OmniError, RequestError, StageOutput
 from omni_core.extend import TorchStageEngine, error_output
+from omni_core.family import audio_streamed
 from omni_qwen.stream_wav import ChunkSynth, StreamDecoder, StreamOptions
 
 logger = logging.getLogger(__name__)
@@ -175,7 +176,7 @@ class Token2WavEngine(TorchStageEngine):
             seed = secrets.randbits(63)
             logger.debug("request %s: token2wav seed %d", rid, seed)
         state = _Utterance(seed=seed, speaker=self.speakers[voice])
-        if audio_streamed(params.extra):
+        if audio_streamed(params.extra, stage="token2wav"):
             state.decoder = StreamDecoder(self.chunker, seed, state.speaker)
         self._extend(rid, state, request.prompt)
         state.final = not request.streaming_input
@@ -421,28 +422,3 @@ def _read_json(path: Path) -> dict[str, Any]:
 def build(config: dict[str, Any]) -> Token2WavEngine:
     """The token2wav engine of a stage process (the ``torch`` kind's ``engine_args.engine``)."""
     return Token2WavEngine(config)
-
-
-def audio_streamed(extra: dict[str, Any], stage: str = "token2wav") -> bool:
-    """Whether a request asks for streamed audio: the generic audio option
-    ``extra[AUDIO_OPTIONS]["stream"]`` (:mod:`omni_core.media`; ``omni serve`` sets it for a
-    streamed chat asking for audio), or this stage's own ``extra["audio_stream"]``. ``stage``
-    names the stage in the errors (omni-qwen3's code2wav reads the same options)."""
-    from omni_core.extend import AUDIO_OPTIONS
-
-    generic = extra.get(AUDIO_OPTIONS, {})
-    if not isinstance(generic, dict):
-        raise RequestError(
-            f"{stage}: sampling_params.extra.{AUDIO_OPTIONS} must be an object, not {generic!r}",
-            param=AUDIO_OPTIONS,
-        )
-    for name, value in (
-        (f"{AUDIO_OPTIONS}.stream", generic.get("stream", False)),
-        ("audio_stream", extra.get("audio_stream", False)),
-    ):
-        if not isinstance(value, bool):
-            raise RequestError(
-                f"{stage}: sampling_params.extra.{name} must be true or false, not {value!r}",
-                param=name,
-            )
-    return bool(generic.get("stream", False) or extra.get("audio_stream", False))

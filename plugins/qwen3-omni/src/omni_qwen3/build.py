@@ -14,8 +14,16 @@ import os
 from pathlib import Path
 from typing import Any
 
-from omni_qwen import compat
-from omni_qwen.build import chat_template, quiet_transformers
+from omni_core.family import (
+    bpe_tokenizer,
+    corpus,
+    omni_chat_template,
+    quiet_transformers,
+    redraw,
+    require_consistent,
+    whisper_features,
+)
+from omni_core.family.compat import install, stub_video_processor_class
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -91,7 +99,7 @@ def speaker_ids(codebook: int = CODEBOOK) -> dict[str, int]:
 
 
 # After Qwen3-Omni's template: no default system turn; placeholders between start/end markers.
-CHAT_TEMPLATE = chat_template(
+CHAT_TEMPLATE = omni_chat_template(
     "<|audio_start|><|audio_pad|><|audio_end|>",
     "<|vision_start|><|image_pad|><|vision_end|>",
     "<|vision_start|><|video_pad|><|vision_end|>",
@@ -109,10 +117,8 @@ _WORDS = (
 
 
 def build_tokenizer() -> Any:
-    """omni-qwen's tokenizer recipe (:func:`omni_qwen.build.qwen_tokenizer`) on this builder's
-    corpus (its own words and seed) with the Qwen3-Omni added tokens."""
-    from omni_qwen.build import corpus, qwen_tokenizer
-
+    """The kit's BPE tokenizer on this builder's corpus (its own words and seed) with the
+    Qwen3-Omni added tokens."""
     extra = {
         "audio_token": "<|audio_pad|>",
         "audio_bos_token": "<|audio_start|>",
@@ -122,7 +128,7 @@ def build_tokenizer() -> Any:
         "vision_bos_token": "<|vision_start|>",
         "vision_eos_token": "<|vision_end|>",
     }
-    return qwen_tokenizer(corpus(_WORDS, seed=20261204), SPECIAL_TOKENS, extra)
+    return bpe_tokenizer(corpus(_WORDS, seed=20261204), SPECIAL_TOKENS, extra, BPE_VOCAB, VOCAB)
 
 
 def _rope(head_dim: int) -> dict[str, Any]:
@@ -325,16 +331,13 @@ def check_config(config: Any, tokenizer: Any = None) -> None:
                 "'<|im_start|>assistant\\n' is not 3 tokens",
             )
         )
-    bad = [why for ok, why in problems if not ok]
-    if bad:
-        raise ValueError(f"tiny-qwen3-omni config inconsistent: {'; '.join(bad)}")
+    require_consistent("tiny-qwen3-omni", problems)
 
 
 def randomize(model: Any) -> None:
     """Re-draw every matrix (routers included) from a seeded generator at scales where greedy
     output depends on the prompt; the last code2wav conv is scaled below the final clamp."""
     import torch
-    from omni_qwen.build import redraw
 
     scales = (
         ("thinker.lm_head.", 0.4),
@@ -352,7 +355,6 @@ def randomize(model: Any) -> None:
 
 
 def build_processor(tokenizer: Any) -> Any:
-    from omni_qwen.build import whisper_features
     from transformers import Qwen3OmniMoeProcessor
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
         Qwen2VLImageProcessorPil,
@@ -367,7 +369,7 @@ def build_processor(tokenizer: Any) -> Any:
         image_mean=[0.5, 0.5, 0.5],
         image_std=[0.5, 0.5, 0.5],
     )
-    video = compat.stub_video_processor_class()(
+    video = stub_video_processor_class()(
         patch_size=16, size={"shortest_edge": 64 * 64, "longest_edge": 128 * 32 * 32}
     )
     features = whisper_features()
@@ -382,7 +384,7 @@ def build_processor(tokenizer: Any) -> Any:
 
 def build(out: Path) -> None:
     """Write the whole checkpoint into ``out`` (about 10 MB, a few seconds on 2 cores)."""
-    compat.install()
+    install()
     import torch
     from transformers import Qwen3OmniMoeForConditionalGeneration
 

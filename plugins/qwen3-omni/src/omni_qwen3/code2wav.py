@@ -7,13 +7,16 @@ decoder's transposed convolutions, whatever the weights). transformers' ``chunke
 :func:`stream_decode` decodes ``codes[s - ctx : e]`` for each chunk ``[s, e)`` and keeps the
 samples from ``s * upsample - lookahead`` on (the ones the previous chunk could not produce yet):
 the pieces join into exactly the whole decode's length, and equal it to float precision once the
-left context covers the receptive field (:func:`receptive_field`, docs/models.md).
+left context covers the receptive field (:func:`receptive_field`, docs/models.md). The windows are
+the family kit's (:mod:`omni_core.family.windows`); this module gives code2wav's sizes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Any
+
+from omni_core.family import causal_piece, causal_stream, exact_context
 
 
 def upsample(code2wav: Any) -> int:
@@ -37,28 +40,25 @@ def receptive_field(code2wav: Any) -> int:
     ``layers * (sliding_window - 1)`` (the convolutions add a few frames; measured in
     docs/models.md). 14 for the tiny model, 568 for the real one (8 layers, window 72)."""
     config = code2wav.config
-    return int(config.num_hidden_layers * (config.sliding_window - 1))
+    return exact_context(int(config.num_hidden_layers), int(config.sliding_window))
 
 
 def stream_decode(code2wav: Any, codes: Any, chunk: int, left_context: int) -> Iterator[Any]:
     """Decode ``codes`` ``[1, groups, frames]`` in chunks of ``chunk`` frames, each with up to
-    ``left_context`` (>= 1) frames of context: yields waveform pieces ``[1, 1, n]`` whose
-    concatenation has the whole decode's length."""
+    ``left_context`` (>= 1) frames of context (the kit's :func:`~omni_core.family.causal_stream`):
+    yields waveform pieces ``[1, 1, n]`` whose concatenation has the whole decode's length."""
     import torch
 
-    if chunk < 1 or left_context < 1:  # one frame of context re-emits the held-back samples
-        raise ValueError(f"chunk and left_context must be >= 1, not {chunk} and {left_context}")
-    frames = codes.shape[-1]
+    pieces = causal_stream(
+        code2wav, codes, chunk, left_context, upsample(code2wav), lookahead(code2wav)
+    )
     with torch.no_grad():
-        for s in range(0, frames, chunk):
-            yield decode_piece(code2wav, codes, s, min(s + chunk, frames), left_context)
+        yield from pieces
 
 
 def decode_piece(code2wav: Any, codes: Any, start: int, end: int, left_context: int) -> Any:
-    """The waveform of frames ``[start, end)`` that the pieces before it did not give yet:
-    decode ``codes[..., start - left_context : end]`` and keep the samples from
-    ``start * upsample - lookahead`` on (all of them for the first piece)."""
-    up, held = upsample(code2wav), lookahead(code2wav)
-    c = max(0, start - left_context)
-    wav = code2wav(codes[..., c:end])
-    return wav if start == 0 else wav[..., start * up - held - c * up :]
+    """The waveform of frames ``[start, end)`` that the pieces before it did not give yet (the
+    kit's :func:`~omni_core.family.causal_piece`)."""
+    return causal_piece(
+        code2wav, codes, start, end, left_context, upsample(code2wav), lookahead(code2wav)
+    )

@@ -7,15 +7,11 @@ stage starts.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from omni_core.extend import packaged_checksums
+from omni_core.family import lazy_pipeline, tiny_model
 from omni_core.plugin import Benchmark, Bridge, ModelSpec, PipelineSpec, hookimpl
-
-if TYPE_CHECKING:
-    from pathlib import Path
-
-    from omni_core import PipelineConfig
 
 OMNI_PLUGIN_API_VERSION = 3
 
@@ -28,47 +24,32 @@ def committed_checksums() -> dict[str, str]:
     return packaged_checksums("omni_qwen3")
 
 
-def _build_tiny(out: Path) -> None:
-    from omni_qwen3.build import build
-
-    build(out)
-
-
 @hookimpl
 def omni_register_models() -> Iterable[ModelSpec]:
     return [
-        ModelSpec(
+        tiny_model(
             TINY_MODEL,
-            _build_tiny,
+            "omni_qwen3.build:build",
             TINY_VERSION,
-            committed_checksums(),
-            "Qwen3-Omni architecture at tiny sizes (MoE thinker+audio/vision encoders, MoE talker "
-            "+ code predictor, causal code2wav), random weights from a fixed seed, ~10 MB",
+            package="omni_qwen3",
+            description="Qwen3-Omni architecture at tiny sizes (MoE thinker+audio/vision "
+            "encoders, MoE talker + code predictor, causal code2wav), random weights from a "
+            "fixed seed, ~10 MB",
         )
     ]
 
 
 @hookimpl
 def omni_register_pipelines() -> Iterable[PipelineSpec]:
-    def thinker() -> PipelineConfig:
-        from omni_qwen3.pipelines import thinker_pipeline
-
-        return thinker_pipeline()
-
-    def omni() -> PipelineConfig:
-        from omni_qwen3.pipelines import omni_pipeline
-
-        return omni_pipeline()
-
     return [
-        PipelineSpec(
+        lazy_pipeline(
             "qwen3-omni-thinker",
-            thinker,
+            "omni_qwen3.pipelines:thinker_pipeline",
             "Qwen3-Omni MoE thinker on vLLM (tiny-qwen3-omni): text/audio/image in, text out",
         ),
-        PipelineSpec(
+        lazy_pipeline(
             "qwen3-omni",
-            omni,
+            "omni_qwen3.pipelines:omni_pipeline",
             "Qwen3-Omni (tiny-qwen3-omni): MoE thinker on vLLM -> talker + code predictor -> "
             "code2wav; text/audio/image in, text and 24 kHz speech out",
         ),

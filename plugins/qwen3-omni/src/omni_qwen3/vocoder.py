@@ -28,12 +28,11 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from omni_qwen.checkpoint import local_checkpoint
-from omni_qwen.token2wav import audio_streamed
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from omni_core import ConfigError, RequestError, StageOutput
 from omni_core.extend import TorchStageEngine, error_output
+from omni_core.family import audio_streamed, local_checkpoint
 from omni_qwen3.code2wav import decode_piece
 from omni_qwen3.weights import load_part
 

@@ -1,0 +1,134 @@
+"""The parity harness of the family kit: a family's pipeline against the reference library
+(transformers) on one tiny checkpoint.
+
+* :func:`built_model` (a pytest fixture, :class:`BuiltModels`): ``built_model(NAME)`` builds a
+  registered model once per session into a session cache and returns its directory;
+* :func:`check_exact`: ids or codes equal, else one error naming the first divergence;
+* :func:`check_ids_or_top_k`: greedy ids equal, or at the first divergence each side's token in
+  the other's top-k (what two correct float implementations may differ by);
+* :func:`check_bounded`: tensors within a stated tolerance, with a **sensitivity check**: a
+  deliberately wrong output (``off``) must fall *outside* the tolerance, proving the bound is not
+  vacuous (a tolerance that any output meets tests nothing).
+
+Pure Python apart from :func:`check_bounded`, which reads tensors or arrays through NumPy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Container, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+__all__ = [
+    "BuiltModels",
+    "ParityError",
+    "built_model",
+    "check_bounded",
+    "check_exact",
+    "check_ids_or_top_k",
+]
+
+
+class ParityError(AssertionError):
+    """The pipeline and the reference differ beyond what the check allows (an
+    ``AssertionError``, so pytest reports it as a failed assertion)."""
+
+
+def check_exact(ours: Sequence[Any], reference: Sequence[Any], what: str = "ids") -> None:
+    """``ours == reference`` element by element and in length; else a :class:`ParityError`
+    naming the first position that differs."""
+    for i, (a, b) in enumerate(zip(ours, reference, strict=False)):
+        if a != b:
+            raise ParityError(f"{what}: position {i}: pipeline {a!r} != reference {b!r}")
+    if len(ours) != len(reference):
+        raise ParityError(f"{what}: pipeline has {len(ours)}, reference {len(reference)}")
+
+
+def check_ids_or_top_k(
+    ours: Sequence[int],
+    ours_top: Sequence[Container[int]],
+    reference: Sequence[int],
+    reference_top: Callable[[int], Container[int]],
+) -> int | None:
+    """Greedy ids equal, or at the first divergence (returned; None without one) the
+    reference's token in our top-k there (``ours_top[i]``) and ours in the reference's
+    (``reference_top(i)``); after it the continuations may differ. Without a divergence both
+    stop at the same place."""
+    if len(ours_top) != len(ours):
+        raise ParityError(f"{len(ours)} ids but top-k sets for {len(ours_top)} positions")
+    for i, (a, b) in enumerate(zip(ours, reference, strict=False)):
+        if a == b:
+            continue
+        if b not in ours_top[i]:
+            raise ParityError(f"step {i}: the reference's {b} is not in the pipeline's top-k")
+        if a not in reference_top(i):
+            raise ParityError(f"step {i}: the pipeline's {a} is not in the reference's top-k")
+        return i
+    if len(ours) != len(reference):
+        raise ParityError(f"the same ids, but {len(ours)} from the pipeline, {len(reference)}")
+    return None
+
+
+def check_bounded(
+    ours: Any, reference: Any, bound: float, *, off: Any = None, what: str = "tensor"
+) -> float:
+    """The largest absolute difference of ``ours`` and ``reference`` (same shape), which must
+    be <= ``bound``; returned. ``off``: an output that is wrong on purpose (a perturbed input, a
+    context below the receptive field...), whose difference from ``reference`` must exceed
+    ``bound``, else the bound is vacuous and this is a :class:`ParityError` too."""
+    import numpy as np
+
+    a, b = _array(ours), _array(reference)
+    if a.shape != b.shape:
+        raise ParityError(f"{what}: pipeline shape {a.shape} != reference shape {b.shape}")
+    error = float(np.max(np.abs(a - b))) if a.size else 0.0
+    if not error <= bound:
+        raise ParityError(f"{what}: max |pipeline - reference| = {error:.3g} > bound {bound:.3g}")
+    if off is not None:
+        c = _array(off)
+        wrong = float(np.max(np.abs(c - b))) if c.shape == b.shape and c.size else float("inf")
+        if not wrong > bound:
+            raise ParityError(
+                f"{what}: the bound {bound:.3g} is vacuous: a wrong output is within it "
+                f"({wrong:.3g})"
+            )
+    return error
+
+
+def _array(value: Any) -> Any:
+    import numpy as np
+
+    if hasattr(value, "detach"):  # a torch tensor
+        value = value.detach().to("cpu").double().numpy()
+    return np.asarray(value, dtype=np.float64)
+
+
+class BuiltModels:
+    """What :func:`built_model` gives: ``built_model(NAME)`` is the directory of the model
+    ``NAME`` the installed plugins register, built on first use; ``built_model.cache`` is the
+    cache directory holding it (an engine given ``cache_dir=built_model.cache`` finds it)."""
+
+    def __init__(self, cache: Path) -> None:
+        from omni_core.config.settings import OmniSettings
+        from omni_core.plugin.hooks import PluginHost
+
+        self.cache = cache
+        self._host = PluginHost.create(OmniSettings(cache_dir=cache))
+        self._built: dict[str, Path] = {}
+
+    def __call__(self, name: str) -> Path:
+        from omni_core.models import ensure_model
+
+        if name not in self._built:
+            self._built[name] = ensure_model(name, self.cache, self._host)
+        return self._built[name]
+
+
+@pytest.fixture(scope="session")
+def built_model(tmp_path_factory: pytest.TempPathFactory) -> BuiltModels:
+    """``built_model(NAME)``: the directory of the model ``NAME`` the installed plugins register
+    (a family's tiny checkpoint), built once per test session into a session cache
+    (``built_model.cache``)."""
+    return BuiltModels(tmp_path_factory.mktemp("omni-cache"))
