@@ -20,7 +20,7 @@ import omni_core
 from omni_core.chat import ChatMessage, ChatOptions
 from omni_core.serve.bodies import check_json_media_type, decode_json, parse_body
 from omni_core.serve.errors import ApiError
-from omni_core.serve.protocol import _Body
+from omni_core.serve.protocol.base import _Body
 from omni_core.serve.tools import ToolDef
 
 
