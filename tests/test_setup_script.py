@@ -37,7 +37,8 @@ def test_steps_announce_themselves_and_a_failure_stops_the_script(tmp_path):
     done = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=30)
     assert done.returncode == 3
     lines = done.stdout.splitlines()
-    assert lines[0].startswith("[1/12] first thing (at ")
+    (steps,) = re.findall(r"^STEPS=(\d+)$", text, re.M)
+    assert lines[0].startswith(f"[1/{steps}] first thing (at ")
     assert lines[1].startswith("      done in ")
-    assert lines[2].startswith("[2/12] broken thing")
+    assert lines[2].startswith(f"[2/{steps}] broken thing")
     assert "not reached" not in done.stdout

@@ -1,0 +1,128 @@
+"""The hook implementations omni-core loads (entry point ``wan`` -> this module).
+
+Cheap to import: the builder, diffusers and torch are imported only when a model is built or a
+stage starts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from omni_core.extend import packaged_checksums
+from omni_core.plugin import Bridge, ModelSpec, PipelineSpec, StageKind, hookimpl
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from omni_core import PipelineConfig, SamplingParams
+    from omni_core.plugin import Admission, OrchestratorPort, PluginHost, RequestView
+
+OMNI_PLUGIN_API_VERSION = 3
+
+TINY_VERSION = "v1"  # bump whenever the builder's output changes (a new cache directory)
+VERSIONS = {"2.1": "tiny-wan2.1", "2.2": "tiny-wan2.2"}
+
+
+def committed_checksums(version: str) -> dict[str, str]:
+    """SHA-256 of every file of the tiny Wan ``version`` checkpoint (``checksums-V.json``)."""
+    return packaged_checksums("omni_wan", f"checksums-{version}.json")
+
+
+def _builder(version: str):  # type: ignore[no-untyped-def]
+    def build_tiny(out: Path) -> None:
+        from omni_wan.kind import require_diffusers
+
+        require_diffusers(f"model '{VERSIONS[version]}'")
+        from omni_wan.build import build
+
+        build(out, version)
+
+    return build_tiny
+
+
+@hookimpl
+def omni_register_models() -> Iterable[ModelSpec]:
+    return [
+        ModelSpec(
+            name,
+            _builder(version),
+            TINY_VERSION,
+            committed_checksums(version),
+            f"Wan {version} text-to-video at tiny sizes (UMT5 encoder, "
+            + ("two DiT experts" if version == "2.2" else "DiT")
+            + ", VAE, UniPC scheduler), random weights from a fixed seed, < 1 MB",
+        )
+        for version, name in VERSIONS.items()
+    ]
+
+
+@hookimpl
+def omni_register_stage_kinds() -> Iterable[StageKind]:
+    from omni_wan.kind import WanArgs, make_wan_client
+
+    return [
+        StageKind(
+            "wan",
+            make_wan_client,
+            WanArgs,
+            "Wan's DiT(s) + UniPC scheduler + VAE (diffusers) on prompt embeddings, one "
+            "denoising step per engine step, CFG from weighted conditionings; a video",
+            output_mode="whole",
+            accepts=("conditionings",),  # what omni-cfg guides
+        )
+    ]
+
+
+@hookimpl
+def omni_register_bridges() -> Iterable[Bridge]:
+    from omni_wan.bridge import wan_embeds_bridge
+
+    return [
+        Bridge(
+            "wan-embeds",
+            wan_embeds_bridge,
+            "the Wan encoder stage's final hidden states as {'prompt_embeds': array}",
+        )
+    ]
+
+
+@hookimpl
+def omni_register_pipelines() -> Iterable[PipelineSpec]:
+    def loader(version: str):  # type: ignore[no-untyped-def]
+        def load(host: PluginHost) -> PipelineConfig:
+            from omni_wan.pipelines import wan_pipeline
+
+            return wan_pipeline(host, version)
+
+        return load
+
+    return [
+        PipelineSpec(
+            f"wan{version}-t2v",
+            loader(version),
+            f"Wan {version} text-to-video ({name}): UMT5 encoder (torch) -> DiT + VAE "
+            "(diffusers), an MP4; guidance through omni-cfg",
+        )
+        for version, name in VERSIONS.items()
+    ]
+
+
+@hookimpl
+def omni_admit_request(
+    request: RequestView, params: dict[int, SamplingParams], port: OrchestratorPort
+) -> Admission | None:
+    """Refuse, before anything is allocated, a request a ``wan`` stage would refuse: a bad
+    field, frames not 4k+1, or frames x pixels past ``max_voxels`` (one 400 naming the field)."""
+    from omni_core import RequestError, RequestRejected
+    from omni_wan.kind import WanArgs, checked_options
+
+    for sid in sorted(request.needed):
+        stage = port.pipeline.stages[sid]
+        if stage.kind.name != "wan" or not isinstance(stage.args, WanArgs):
+            continue
+        try:
+            checked_options(params[sid].extra, stage.args, stage.name)
+        except RequestError as exc:
+            raise RequestRejected(400, str(exc)) from None
+    return None
