@@ -227,6 +227,7 @@ FAMILY_AUTHORS = Tier(
                 "quiet_transformers",
                 "whisper_features",
                 "omni_chat_template",
+                "write_checkpoint",
             ),
             **_from(
                 "omni_core.family.checkpoint",
@@ -237,6 +238,7 @@ FAMILY_AUTHORS = Tier(
                 "ImageGrid",
             ),
             **_from("omni_core.family.audio", "audio_streamed"),
+            **_from("omni_core.family.decode", "Decoding", "batch_cache", "take_rows"),
             **_from("omni_core.family.windows", "causal_piece", "causal_stream", "exact_context"),
         },
         "omni_core.family.compat": _from(
@@ -283,6 +285,8 @@ TESTING = Tier(
             "check_exact",
             "check_ids_or_top_k",
             "check_bounded",
+            "collect_outputs",
+            "top_k_oracle",
             "ParityError",
         ),
     },

@@ -5,11 +5,14 @@ stages and pipelines) builds on, the manifest's model-family tier (:mod:`omni_co
 
 * registration: :func:`tiny_model`, :func:`lazy_pipeline`, :func:`lazy`;
 * the tiny-checkpoint toolkit: :func:`corpus`, :func:`bpe_tokenizer`, :func:`shrink`,
-  :func:`require_consistent`, :func:`redraw`, :func:`checksums`, :func:`quiet_transformers`,
+  :func:`require_consistent`, :func:`redraw`, :func:`write_checkpoint`, :func:`checksums`,
+  :func:`quiet_transformers`,
   :func:`whisper_features`, :func:`omni_chat_template`, and the torchvision compat shim
   (:mod:`omni_core.family.compat`);
 * checkpoint readers: :func:`local_checkpoint`, :func:`read_rows`, :func:`generation_config`,
   :func:`token_ids`, :class:`ImageGrid`;
+* batched autoregressive decode steps: :func:`batch_cache`, :func:`take_rows`
+  (:class:`Decoding`: what they read of a request);
 * audio options: :func:`audio_streamed`;
 * streaming vocoder windows: :func:`causal_piece`, :func:`causal_stream`,
   :func:`exact_context`.
@@ -36,6 +39,11 @@ if TYPE_CHECKING:
         read_rows,
         token_ids,
     )
+    from omni_core.family.decode import (
+        Decoding,
+        batch_cache,
+        take_rows,
+    )
     from omni_core.family.registration import (
         lazy,
         lazy_pipeline,
@@ -51,6 +59,7 @@ if TYPE_CHECKING:
         require_consistent,
         shrink,
         whisper_features,
+        write_checkpoint,
     )
     from omni_core.family.windows import (
         causal_piece,

@@ -6,7 +6,8 @@ SHA-256 checksums).
   tokenizer of a fixed size with the family's added tokens at fixed ids;
 * :func:`shrink` and :func:`require_consistent`: a real config's sub-dicts at tiny sizes, and one
   error naming every size or id that does not agree;
-* :func:`redraw`: deterministic random weights (one seeded generator, registration order);
+* :func:`redraw`: deterministic random weights (one seeded generator, registration order), and
+  :func:`write_checkpoint`: the model built, re-drawn and saved;
 * :func:`checksums`: the SHA-256 of every file a build wrote (what ``checksums.json`` commits);
 * :func:`quiet_transformers`, :func:`whisper_features`, :func:`omni_chat_template`: the pieces
   every omni builder repeats.
@@ -16,7 +17,7 @@ Importing this module imports no torch or transformers: each function imports wh
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ __all__ = [
     "require_consistent",
     "shrink",
     "whisper_features",
+    "write_checkpoint",
 ]
 
 _SYLLABLES = (
@@ -132,6 +134,30 @@ def redraw(model: Any, scales: tuple[tuple[str, float], ...], seed: int) -> None
             std = next((s for prefix, s in scales if name.startswith(prefix)), None)
             if std is not None:
                 param.copy_(torch.randn(param.shape, generator=gen) * std)
+
+
+def write_checkpoint(
+    out: Path,
+    model_class: Any,
+    config: Any,
+    seed: int,
+    randomize: Callable[[Any], None],
+    processor: Any = None,
+) -> Any:
+    """Build ``model_class(config)`` in float32 after ``torch.manual_seed(seed)``, re-draw its
+    weights with ``randomize(model)``, and save it (safetensors) and ``processor`` (if any) into
+    ``out``, transformers kept quiet. Returns the model (in eval mode)."""
+    import torch
+
+    with quiet_transformers():
+        Path(out).mkdir(parents=True, exist_ok=True)
+        torch.manual_seed(seed)
+        model = model_class(config).to(torch.float32).eval()
+        randomize(model)
+        model.save_pretrained(out, safe_serialization=True)
+        if processor is not None:
+            processor.save_pretrained(out)
+    return model
 
 
 def checksums(directory: Path) -> dict[str, str]:

@@ -6,6 +6,8 @@
 * :func:`check_exact`: ids or codes equal, else one error naming the first divergence;
 * :func:`check_ids_or_top_k`: greedy ids equal, or at the first divergence each side's token in
   the other's top-k (what two correct float implementations may differ by);
+* :func:`collect_outputs` (a request's outputs on the pipeline) and :func:`top_k_oracle` (the
+  reference's top-k at a position), the two sides of a greedy-text comparison;
 * :func:`check_bounded`: tensors within a stated tolerance, with a **sensitivity check**: a
   deliberately wrong output (``off``) must fall *outside* the tolerance, proving the bound is not
   vacuous (a tolerance that any output meets tests nothing).
@@ -28,6 +30,8 @@ __all__ = [
     "check_bounded",
     "check_exact",
     "check_ids_or_top_k",
+    "collect_outputs",
+    "top_k_oracle",
 ]
 
 
@@ -69,6 +73,40 @@ def check_ids_or_top_k(
     if len(ours) != len(reference):
         raise ParityError(f"the same ids, but {len(ours)} from the pipeline, {len(reference)}")
     return None
+
+
+def collect_outputs(engine: Any, prompt: Any, sampling_params: Any = None) -> list[Any]:
+    """Every output of one request on an async engine (``engine.generate``), in order; the last
+    must be finished without an error (else a :class:`ParityError` naming it)."""
+    import asyncio
+
+    async def go() -> list[Any]:
+        return [out async for out in engine.generate(prompt, sampling_params=sampling_params)]
+
+    outs = asyncio.run(go())
+    last = outs[-1] if outs else None
+    if last is None or not last.finished or last.error is not None:
+        raise ParityError(f"the request did not finish cleanly: {last!r}")
+    return outs
+
+
+def top_k_oracle(forward: Callable[..., Any], inputs: Any, k: int) -> Callable[..., list[int]]:
+    """The reference's top-``k`` ids at generated position ``i`` after the reference's own
+    prefix: ``oracle(i, prefix)`` runs ``forward(input_ids=prompt + prefix[:i], **the rest of
+    inputs)`` (a transformers model or sub-model; ``inputs``: its processor's output, batch 1)
+    and ranks the last position's logits."""
+    import torch
+
+    prompt = inputs["input_ids"][0].tolist()
+    rest = {key: v for key, v in inputs.items() if key not in ("input_ids", "attention_mask")}
+
+    def oracle(position: int, prefix: Sequence[int]) -> list[int]:
+        forced = torch.tensor([prompt + list(prefix[:position])])
+        with torch.no_grad():
+            logits = forward(input_ids=forced, **rest).logits[0, -1]
+        return list(torch.topk(logits, k).indices.tolist())
+
+    return oracle
 
 
 def check_bounded(

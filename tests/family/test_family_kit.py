@@ -28,6 +28,8 @@ from omni_core.testing.parity import (
     check_bounded,
     check_exact,
     check_ids_or_top_k,
+    collect_outputs,
+    top_k_oracle,
 )
 
 
@@ -168,3 +170,46 @@ def test_check_bounded_fails_out_of_bound_and_on_a_vacuous_bound():
         check_bounded(ref, ref, 1.0, off=ref + 0.5)  # a wrong output passes a loose bound
     with pytest.raises(ParityError, match="shape"):
         check_bounded(np.zeros(3), ref, 1.0)
+
+
+class _Out:
+    def __init__(self, ids, finished=False, error=None):
+        self.token_ids, self.finished, self.error = ids, finished, error
+
+
+class _Engine:
+    def __init__(self, outs):
+        self.outs = outs
+
+    async def generate(self, prompt, sampling_params=None):
+        for out in self.outs:
+            yield out
+
+
+def test_collect_outputs_returns_every_output_and_refuses_an_unfinished_request():
+    outs = [_Out([1]), _Out([2], finished=True)]
+    assert collect_outputs(_Engine(outs), "p") == outs
+    for bad in ([_Out([1])], [_Out([1], finished=True, error="boom")], []):
+        with pytest.raises(ParityError, match="did not finish cleanly"):
+            collect_outputs(_Engine(bad), "p")
+
+
+def test_top_k_oracle_ranks_the_logits_after_the_forced_prefix():
+    torch = pytest.importorskip("torch")
+
+    class Logits:
+        def __init__(self, logits):
+            self.logits = logits
+
+    seen = []
+
+    def forward(input_ids, pixel_values):
+        seen.append((input_ids.tolist(), pixel_values))
+        logits = torch.zeros(1, input_ids.shape[1], 6)
+        logits[0, -1] = torch.tensor([0.0, 5, 1, 4, 2, 3]) + input_ids.shape[1]
+        return Logits(logits)
+
+    inputs = {"input_ids": torch.tensor([[7, 8]]), "attention_mask": None, "pixel_values": "px"}
+    oracle = top_k_oracle(forward, inputs, 3)
+    assert oracle(1, [4, 9, 9]) == [1, 3, 5]
+    assert seen == [([[7, 8, 4]], "px")]  # the prompt plus the prefix up to the position

@@ -23,6 +23,7 @@ from omni_core.family import (
     redraw,
     require_consistent,
     whisper_features,
+    write_checkpoint,
 )
 from omni_core.family.compat import install, stub_video_processor_class
 
@@ -317,12 +318,10 @@ def build(out: Path) -> None:
     from transformers import Qwen2_5OmniForConditionalGeneration
 
     with quiet_transformers():
-        out.mkdir(parents=True, exist_ok=True)
         tokenizer = build_tokenizer()
         config = build_config(user_token_id=tokenizer.convert_tokens_to_ids("user"))
-        torch.manual_seed(SEED)
-        model = Qwen2_5OmniForConditionalGeneration(config).to(torch.float32).eval()
-        randomize(model)
-        model.save_pretrained(out, safe_serialization=True)
-        build_processor(tokenizer).save_pretrained(out)
+        processor = build_processor(tokenizer)
+        write_checkpoint(
+            out, Qwen2_5OmniForConditionalGeneration, config, SEED, randomize, processor
+        )
         torch.save(speakers(), out / "spk_dict.pt")

@@ -10,13 +10,11 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from omni_core.extend import packaged_checksums
+from omni_core.family import lazy_pipeline, tiny_model
 from omni_core.plugin import Benchmark, Bridge, ModelSpec, PipelineSpec, hookimpl
 
 if TYPE_CHECKING:
-    from pathlib import Path
     from typing import Any
-
-    from omni_core import PipelineConfig
 
 OMNI_PLUGIN_API_VERSION = 3
 
@@ -29,70 +27,44 @@ def committed_checksums() -> dict[str, str]:
     return packaged_checksums("omni_qwen")
 
 
-def _build_tiny(out: Path) -> None:
-    from omni_qwen.build import build
-
-    build(out)
-
-
 @hookimpl
 def omni_register_models() -> Iterable[ModelSpec]:
     return [
-        ModelSpec(
+        tiny_model(
             TINY_MODEL,
-            _build_tiny,
+            "omni_qwen.build:build",
             TINY_VERSION,
-            committed_checksums(),
-            "Qwen2.5-Omni architecture at tiny sizes (thinker+audio/vision encoders, talker, "
-            "token2wav), random weights from a fixed seed, ~18 MB",
+            package="omni_qwen",
+            description="Qwen2.5-Omni architecture at tiny sizes (thinker+audio/vision encoders, "
+            "talker, token2wav), random weights from a fixed seed, ~18 MB",
         )
     ]
 
 
 @hookimpl
 def omni_register_pipelines() -> Iterable[PipelineSpec]:
-    def thinker() -> PipelineConfig:
-        from omni_qwen.pipelines import thinker_pipeline
-
-        return thinker_pipeline()
-
-    def omni() -> PipelineConfig:
-        from omni_qwen.pipelines import omni_pipeline
-
-        return omni_pipeline()
-
-    def duplex() -> PipelineConfig:
-        from omni_qwen.duplex import duplex_pipeline
-
-        return duplex_pipeline()
-
-    def duplex_text() -> PipelineConfig:
-        from omni_qwen.duplex import resumable_pipeline
-
-        return resumable_pipeline()
-
     return [
-        PipelineSpec(
+        lazy_pipeline(
             "qwen2.5-omni-thinker",
-            thinker,
+            "omni_qwen.pipelines:thinker_pipeline",
             "Qwen2.5-Omni thinker on vLLM (tiny-qwen2.5-omni): text/audio/image in, text out",
         ),
-        PipelineSpec(
+        lazy_pipeline(
             "qwen2.5-omni",
-            omni,
+            "omni_qwen.pipelines:omni_pipeline",
             "Qwen2.5-Omni (tiny-qwen2.5-omni): thinker on vLLM -> talker -> token2wav; "
             "text/audio/image in, text and 24 kHz speech out",
             default=True,  # omni run with no PIPELINE (docs/models.md: the main job)
         ),
-        PipelineSpec(
+        lazy_pipeline(
             "qwen2.5-omni-duplex",
-            duplex,
+            "omni_qwen.duplex:duplex_pipeline",
             "qwen2.5-omni as full-duplex speech sessions (needs omni-duplex): spoken turns "
             "heard as audio, text + streamed speech replies",
         ),
-        PipelineSpec(
+        lazy_pipeline(
             "qwen2.5-omni-duplex-text",
-            duplex_text,
+            "omni_qwen.duplex:resumable_pipeline",
             "the Qwen2.5-Omni thinker as duplex sessions holding the conversation in one "
             "resumable vLLM request each (text replies; needs omni-duplex)",
         ),

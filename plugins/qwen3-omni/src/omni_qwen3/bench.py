@@ -26,7 +26,7 @@ import statistics
 from collections.abc import AsyncIterator
 from typing import Any
 
-from omni_qwen.speech_bench import Speech, level, pct
+from omni_qwen.api import Speech, level, pct
 
 from omni_core import AsyncOmniEngine, OmniSettings
 from omni_core.plugin import CheckFailed, Row

@@ -1,5 +1,5 @@
 """The bridges of Qwen3-Omni: thinker → talker (registered as ``qwen3-omni-talker``) and talker →
-code2wav (``qwen3-omni-code2wav``: omni-qwen's :func:`~omni_qwen.bridge.talker_codes`, always a
+code2wav (``qwen3-omni-code2wav``: omni-qwen's :func:`~omni_qwen.api.talker_codes`, always a
 list, so a talker ending without a frame still gets code2wav's zero-length audio).
 
 The thinker is a ``vllm`` stage with ``engine_args.hidden_states: {layers: [embeddings,
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from omni_qwen.bridge import talker_codes as talker_to_code2wav
-from omni_qwen.bridge import thinker_chunk
+from omni_qwen.api import talker_codes as talker_to_code2wav
+from omni_qwen.api import thinker_chunk
 
 from omni_core import StageResult
 

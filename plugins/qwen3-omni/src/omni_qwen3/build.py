@@ -22,6 +22,7 @@ from omni_core.family import (
     redraw,
     require_consistent,
     whisper_features,
+    write_checkpoint,
 )
 from omni_core.family.compat import install, stub_video_processor_class
 
@@ -385,15 +386,12 @@ def build_processor(tokenizer: Any) -> Any:
 def build(out: Path) -> None:
     """Write the whole checkpoint into ``out`` (about 10 MB, a few seconds on 2 cores)."""
     install()
-    import torch
     from transformers import Qwen3OmniMoeForConditionalGeneration
 
     with quiet_transformers():
-        out.mkdir(parents=True, exist_ok=True)
         tokenizer = build_tokenizer()
         config = build_config(tokenizer)
-        torch.manual_seed(SEED)
-        model = Qwen3OmniMoeForConditionalGeneration(config).to(torch.float32).eval()
-        randomize(model)
-        model.save_pretrained(out, safe_serialization=True)
-        build_processor(tokenizer).save_pretrained(out)
+        processor = build_processor(tokenizer)
+        write_checkpoint(
+            out, Qwen3OmniMoeForConditionalGeneration, config, SEED, randomize, processor
+        )

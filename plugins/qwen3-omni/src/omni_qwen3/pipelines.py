@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from omni_qwen.pipelines import SpeechStages, qwen_pipeline, thinker_stage
+from omni_qwen.api import SpeechStages, qwen_pipeline, thinker_stage
 
 from omni_core import ConfigError, PipelineConfig
 from omni_qwen3.bridge import CODE2WAV_BRIDGE
@@ -45,7 +45,7 @@ def thinker_engine_args(
     the compiled hidden-layer route (docs/models.md). The rest is omni-qwen's Qwen2.5-Omni
     thinker's (its shim's directory on ``PYTHONPATH``).
     """
-    from omni_qwen.pipelines import thinker_engine_args as qwen_thinker_args
+    from omni_qwen.api import thinker_engine_args as qwen_thinker_args
 
     # omni-qwen's thinker args (its shim on PYTHONPATH, the same limits), another layer kept
     args = qwen_thinker_args(model, hidden_states=hidden_layer is not None)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from omni_qwen.talker_batch import batch_cache, take_rows
+from omni_core.family import batch_cache, take_rows
 
 if TYPE_CHECKING:
     from omni_qwen3.talker import TalkerEngine, _Request
