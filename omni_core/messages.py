@@ -6,6 +6,7 @@ correlated calls go back through :class:`~omni_core.engine.rpc.RpcRouter` keyed 
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -33,13 +34,22 @@ class AbortRequest(EngineMessage):
     rpc_key: tuple[str, str] | None = None
 
 
-class CollectiveRpc(EngineMessage):
-    rpc_key: tuple[str, str]
+@dataclass(frozen=True)
+class RpcCall:
+    """One control RPC, passed whole from the caller's ``collective_rpc`` to every replica:
+    ``method(*args, **kwargs)`` on every live replica of the stages ``stage_ids`` (all of them
+    when None), each call bounded by ``timeout`` seconds (None: no bound)."""
+
     method: str
     args: tuple[Any, ...] = ()
-    kwargs: dict[str, Any] = msgspec.field(default_factory=dict)
+    kwargs: dict[str, Any] = field(default_factory=dict)
     stage_ids: list[int] | None = None
     timeout: float | None = None
+
+
+class CollectiveRpc(EngineMessage):
+    rpc_key: tuple[str, str]
+    call: RpcCall
 
 
 class Shutdown(EngineMessage):

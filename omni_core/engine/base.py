@@ -31,7 +31,7 @@ from omni_core.config.resolve import ResolvedPipeline, resolve_pipeline
 from omni_core.config.settings import OmniSettings
 from omni_core.engine.runtime import EngineRuntime
 from omni_core.errors import ConfigError, RequestError
-from omni_core.messages import AbortRequest, CollectiveRpc
+from omni_core.messages import AbortRequest, CollectiveRpc, RpcCall
 from omni_core.orchestrator.ids import caller_id_problem
 from omni_core.outputs import AbortResult
 from omni_core.plugin.hooks import PluginHost
@@ -301,15 +301,8 @@ class OmniEngineBase:
         """Call ``method`` on every live replica of the addressed stages; one result each."""
         key = ("collective", uuid.uuid4().hex)
         timeout = self.settings.rpc_timeout_s if timeout is None else timeout
-        msg = CollectiveRpc(
-            rpc_key=key,
-            method=method,
-            args=tuple(args),
-            kwargs=kwargs or {},
-            stage_ids=stage_ids,
-            timeout=timeout,
-        )
-        result = await self.call(key, msg, timeout)
+        call = RpcCall(method, tuple(args), kwargs or {}, stage_ids, timeout)
+        result = await self.call(key, CollectiveRpc(rpc_key=key, call=call), timeout)
         return list(result)
 
     async def sleep(self, level: int = 1, stage_ids: list[int] | None = None) -> list[Any]:

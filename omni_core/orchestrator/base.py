@@ -32,7 +32,14 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from omni_core.errors import RpcError, StageUnavailableError
-from omni_core.messages import AbortRequest, AddRequest, CollectiveRpc, EngineMessage, Shutdown
+from omni_core.messages import (
+    AbortRequest,
+    AddRequest,
+    CollectiveRpc,
+    EngineMessage,
+    RpcCall,
+    Shutdown,
+)
 from omni_core.orchestrator.admission import Admissions
 from omni_core.orchestrator.context import Intercept, PartContext, Seams
 from omni_core.orchestrator.control import collective_rpc
@@ -223,7 +230,7 @@ class OrchestratorBase:
             elif not result.success:
                 logger.warning("abort of %s failed: %s", msg.request_ids, result.error)
         elif isinstance(msg, CollectiveRpc):
-            self.spawn(self._collective_rpc(msg), name=f"omni-rpc-{msg.method}")
+            self.spawn(self._collective_rpc(msg), name=f"omni-rpc-{msg.call.method}")
         elif not await self.dispatch_message(msg):
             logger.warning("orchestrator ignored unknown message %s", type(msg).__name__)
 
@@ -341,24 +348,15 @@ class OrchestratorBase:
     # ------------------------------------------------------------------------------------------
     async def _collective_rpc(self, msg: CollectiveRpc) -> None:
         try:
-            result: Any = await self.collective_rpc(
-                msg.method, msg.args, msg.kwargs, msg.stage_ids, msg.timeout
-            )
+            result: Any = await self.collective_rpc(msg.call)
         except Exception as exc:
             result = exc if isinstance(exc, RpcError) else RpcError(f"{type(exc).__name__}: {exc}")
         self.reply(msg.rpc_key, result)
 
-    async def collective_rpc(
-        self,
-        method: str,
-        args: tuple[Any, ...] = (),
-        kwargs: dict[str, Any] | None = None,
-        stage_ids: list[int] | None = None,
-        timeout: float | None = None,
-    ) -> list[Any]:
-        """Call ``method`` on every live replica of the addressed stages, in stage order."""
+    async def collective_rpc(self, call: RpcCall) -> list[Any]:
+        """Call ``call.method`` on every live replica of the addressed stages, in stage order."""
         order = [s.id for s in self.pipeline.config.stages]
-        return await collective_rpc(self.pools, order, method, args, kwargs, stage_ids, timeout)
+        return await collective_rpc(self.pools, order, call)
 
 
 async def _as_coroutine(awaitable: Awaitable[Any]) -> Any:

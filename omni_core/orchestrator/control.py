@@ -6,27 +6,21 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from omni_core.errors import RpcError
+from omni_core.messages import RpcCall
 from omni_core.stage.client import CONTROL_METHODS
 
 if TYPE_CHECKING:
     from omni_core.stage.pool import StagePool
 
 
-async def collective_rpc(
-    pools: dict[int, StagePool],
-    order: list[int],
-    method: str,
-    args: tuple[Any, ...] = (),
-    kwargs: dict[str, Any] | None = None,
-    stage_ids: list[int] | None = None,
-    timeout: float | None = None,
-) -> list[Any]:
-    """Call ``method`` on every live replica of the addressed stages, in stage order.
+async def collective_rpc(pools: dict[int, StagePool], order: list[int], call: RpcCall) -> list[Any]:
+    """Call ``call.method`` on every live replica of the addressed stages, in stage order.
 
     Control methods raise :class:`RpcError` naming the replica when a worker fails; other
     methods answer ``{"supported": False, "error": ...}`` for that replica.
     """
-    kwargs = kwargs or {}
+    method, args, kwargs = call.method, call.args, call.kwargs
+    stage_ids, timeout = call.stage_ids, call.timeout
     if stage_ids is not None:
         unknown = [s for s in stage_ids if s not in pools]
         if unknown:
@@ -40,8 +34,8 @@ async def collective_rpc(
             assert client is not None
             where = f"stage '{pool.stage.name}' (id {sid}) replica {replica}"
             try:
-                call = client.collective_rpc(method, tuple(args), kwargs)
-                value = await (asyncio.wait_for(call, timeout) if timeout else call)
+                pending = client.collective_rpc(method, tuple(args), kwargs)
+                value = await (asyncio.wait_for(pending, timeout) if timeout else pending)
             except Exception as exc:
                 if method in CONTROL_METHODS:
                     raise RpcError(

@@ -11,6 +11,7 @@ from collections.abc import Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
 from omni_core.errors import PluginError
+from omni_core.messages import RpcCall
 from omni_core.outputs import AbortResult
 
 if TYPE_CHECKING:
@@ -97,4 +98,5 @@ class Port:
         stage_ids: list[int] | None = None,
         timeout: float | None = None,
     ) -> list[Any]:
-        return await self._orchestrator.collective_rpc(method, args, kwargs, stage_ids, timeout)
+        call = RpcCall(method, tuple(args), kwargs or {}, stage_ids, timeout)
+        return await self._orchestrator.collective_rpc(call)
