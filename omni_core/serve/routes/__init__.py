@@ -8,6 +8,6 @@ composes them (middleware, error handlers, these routers, then the plugins' rout
 (``/v1/images/generations``); vLLM's utility routes (``/version``, ``/tokenize``) are in
 :mod:`omni_core.serve.tokenize`. A new resource (speech, videos, image edits) gets a module of
 its own here with its ``*_router(ctx)``, its body in :mod:`omni_core.serve.protocol`, and one
-``include_router`` line in ``create_app``. Realtime sessions are a plugin's routes
-(``omni_duplex``), mounted through the ``server_routes`` hook.
+``include_router`` line in ``create_app``. Realtime sessions are a plugin's routes, mounted
+through the ``omni_register_server_routes`` hook after these.
 """
