@@ -129,7 +129,8 @@ def summary(outputs: list[OmniRequestOutput]) -> None:
 
 def write_media(outputs: list[OmniRequestOutput], output_dir: Path, sink: WavSink) -> None:
     """Print the WAV's path (written as the audio came, ``sink``) with the time to first audio,
-    and write the last image as a PNG."""
+    write a final payload with a ``save(output_dir, stem) -> str`` method through it (printing
+    what it returns), and write the last image as a PNG."""
     from omni_core.media import Image, write_png
 
     if sink.wav is not None:
@@ -137,6 +138,10 @@ def write_media(outputs: list[OmniRequestOutput], output_dir: Path, sink: WavSin
         print(f"audio: {wav.path} ({wav.samples / wav.rate:.2f}s at {wav.rate} Hz)")
         if sink.first_audio is not None:
             print(f"time to first audio: {sink.first_audio:.2f}s")
+    for out in outputs:  # a plugin's own final media (omni-wan's Video): it writes itself
+        save = getattr(out.payload, "save", None)
+        if out.finished and out.error is None and callable(save):
+            print(save(output_dir, out.request_id))
     images = [o.payload for o in outputs if isinstance(o.payload, Image)]
     if images:
         output_dir.mkdir(parents=True, exist_ok=True)

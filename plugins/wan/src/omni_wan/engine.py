@@ -26,24 +26,9 @@ from typing import Any
 from omni_core import RequestError, StageOutput
 from omni_core.extend import TorchStageEngine, error_output
 from omni_wan.kind import WanArgs, checked_options
+from omni_wan.video import Progress, Video
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class Video:
-    """A finished video: ``frames`` uint8 ``[frames, height, width, 3]``, at ``fps``."""
-
-    frames: Any
-    fps: int
-
-
-@dataclass
-class Progress:
-    """A denoising step done (a non-final output per step: what progress bars count)."""
-
-    step: int
-    steps: int
 
 
 @dataclass
