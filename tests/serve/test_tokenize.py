@@ -9,7 +9,6 @@ from typing import Any
 
 import httpx
 import pytest
-from transformers import AutoTokenizer
 
 from omni_core import PLUGIN_API_VERSION, hookimpl
 from omni_core.config.settings import OmniSettings
@@ -53,6 +52,8 @@ def _plugin() -> types.ModuleType:
 
 @pytest.fixture(scope="module")
 def tokenizer():
+    from transformers import AutoTokenizer  # heavy: imported by the engine-tier tests only
+
     return AutoTokenizer.from_pretrained(resolve_model("tiny-thinker", OmniSettings().cache_dir))
 
 
