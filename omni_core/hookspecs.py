@@ -180,6 +180,20 @@ def omni_applies_to(pipeline: PipelineView) -> bool | None:
 
 
 @hookspec
+def omni_pipeline_voices(pipeline: PipelineView) -> Iterable[str] | None:
+    """Say which voices ``pipeline``'s speech can take (``params.extra["voice"]``), without
+    loading a model: names a checkpoint's config lists, or a builder's constants.
+
+    Fires in the caller's thread before any stage starts (``omni run --voice NAME``), for the
+    plugins taking part in ``pipeline`` only (``omni_applies_to`` and the rules of
+    docs/plugins.md). ``pipeline``: the resolved pipeline, read-only. None: this plugin does not
+    say (the speaking stage checks the voice when a request reaches it). The voices of all impls
+    that return some are merged; a voice outside them is refused before any model loads (exit 2,
+    naming the voices). Raising is a PluginError naming the plugin.
+    """
+
+
+@hookspec
 def omni_pipeline_plugin(pipeline: PipelineView, port: OrchestratorPort) -> object | None:
     """Provide this plugin's object for one pipeline: an object (any class) whose ``omni_*``
     methods, marked ``@hookimpl``, take part in that pipeline's hooks only, and which holds the

@@ -163,6 +163,7 @@ def register(app: typer.Typer, state: CliState) -> None:
                 config, state.host.stage_kinds(), runtime and f"omni run --runtime {runtime}"
             )
             resolved = resolve_pipeline(config, state.host)
+            run_options.check_declared_voice(state.host, resolved, voice)  # before any model
             options = run_options.pipeline_options(state.host, resolved, own_flags(ctx))
             run_options.parse_args(list(ctx.args), options, config.name, extra)
             merge_extra(extra, extra_fields or [])
@@ -365,8 +366,9 @@ def merge_extra(extra: dict[str, Any], fields: list[str]) -> None:
 
 
 def check_voice(voice: str | None, config: Any) -> None:
-    """``--voice`` needs a pipeline with a final audio output (which voices exist is the
-    speaking stage's to say, when the request reaches it)."""
+    """``--voice`` needs a pipeline with a final audio output (which voices exist its plugins
+    may declare, :func:`~omni_core.cli.run_options.check_declared_voice`; otherwise the speaking
+    stage says, when the request reaches it)."""
     if voice is None:
         return
     if not voice:

@@ -133,3 +133,42 @@ def _merge(
             )
         target[key] = value
         owners[where] = flag
+
+
+def check_declared_voice(host: PluginHost, pipeline: ResolvedPipeline, voice: str | None) -> None:
+    """``--voice NAME`` against the voices the plugins taking part in ``pipeline`` declare
+    (``omni_pipeline_voices``), before any stage starts: a voice outside them is a
+    :class:`RequestError` naming them (and the closest); where no plugin declares any, the
+    speaking stage checks the voice when the request reaches it."""
+    if voice is None:
+        return
+    from omni_core.cli.suggest import closest, did_you_mean
+    from omni_core.plugin.scope import active_plugins
+
+    active = active_plugins(host, pipeline)
+    try:
+        answers = host.results_by_plugin("omni_pipeline_voices", pipeline=pipeline)
+    except Exception as exc:
+        notes = "; ".join(getattr(exc, "__notes__", ()))
+        raise PluginError(
+            f"omni_pipeline_voices raised {type(exc).__name__}: {exc}"
+            + (f" ({notes})" if notes else "")
+        ) from exc
+    declared: set[str] | None = None
+    for plugin, answer in answers:
+        if plugin not in active:
+            continue
+        names = [answer] if isinstance(answer, str) else list(answer)
+        if isinstance(answer, str) or not all(isinstance(n, str) for n in names):
+            raise PluginError(
+                f"plugin '{plugin}': omni_pipeline_voices returned {answer!r}, not an iterable "
+                "of voice names"
+            )
+        declared = (declared or set()) | set(names)
+    if declared is None or voice in declared:
+        return
+    hint = did_you_mean(closest(voice, declared))
+    raise RequestError(
+        f"--voice {voice}: pipeline '{pipeline.config.name}' has no voice '{voice}' (its voices: "
+        f"{', '.join(sorted(declared)) or 'none'})" + (f". {hint}" if hint else "")
+    )

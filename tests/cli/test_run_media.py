@@ -6,13 +6,16 @@ pipeline (tests/serve/voice_kit.py)."""
 from __future__ import annotations
 
 import re
+import types
 import wave
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from PIL import Image
 
+from omni_core import PLUGIN_API_VERSION, hookimpl
 from omni_core.cli import main
 from tests.cli.helpers import omni
 from tests.serve.voice_kit import KIT, LISTEN_RATE, PIPELINE, RATE, TEXT_ONLY, plugin
@@ -87,6 +90,51 @@ def test_unknown_voice_is_the_stages_refusal_exit_2(cli):
     assert code == 2
     assert err == ["error: stage 'speaker': unknown voice 'Nobody' (voices: ['Chelsie', 'Ethan'])"]
     assert "finish_reason: error" in out
+
+
+def voice_list(applies: bool = True) -> types.ModuleType:
+    """A plugin declaring the speaker stage's voices (``omni_pipeline_voices``), as a family
+    whose checkpoint config names its speakers would; ``applies``: whether it takes part."""
+    module = types.ModuleType("voice_list_plugin")
+    module.OMNI_PLUGIN_API_VERSION = PLUGIN_API_VERSION
+
+    @hookimpl
+    def omni_applies_to(pipeline: Any) -> bool:
+        return applies
+
+    @hookimpl
+    def omni_pipeline_voices(pipeline: Any) -> list[str] | None:
+        for stage in pipeline.config.stages:
+            if stage.kind == "speaker":
+                return list(stage.engine_args["voices"])
+        return None
+
+    module.omni_applies_to = omni_applies_to
+    module.omni_pipeline_voices = omni_pipeline_voices
+    return module
+
+
+def test_a_voice_the_pipeline_does_not_declare_is_refused_before_any_stage_starts(
+    cli, fake_entry_points
+):
+    fake_entry_points.add("voice-list", voice_list())
+    code, out, err = cli(NO_START, "--voice", "Ethen")  # the talker cannot start: not started
+    assert code == 2
+    assert err == [
+        "error: --voice Ethen: pipeline 'voice-test' has no voice 'Ethen' (its voices: Chelsie, "
+        "Ethan). Did you mean Ethan?"
+    ]
+    assert KIT.seen == [] and out == ""
+    code, _, err = cli(PIPELINE, "--voice", "Ethan")  # a declared voice reaches the stages
+    assert code == 0, err
+    assert [e.get("voice") for e in KIT.extras("speaker")] == ["Ethan"]
+
+
+def test_voices_of_a_plugin_not_taking_part_are_not_asked(cli, fake_entry_points):
+    fake_entry_points.add("voice-list", voice_list(applies=False))
+    code, _, err = cli(NO_START, "--voice", "Nobody")
+    assert code == 1  # the check was left to the stages: they started (and failed to)
+    assert not any("has no voice" in line for line in err)
 
 
 def test_bad_files_exit_2_naming_flag_and_file_before_any_stage_starts(cli, media, tmp_path):

@@ -73,16 +73,44 @@ def test_an_unknown_voice_is_a_400_before_the_stream(server, tiny_qwen):
     assert any('"audio"' in e for e in events)
 
 
-def test_omni_run_with_an_unknown_voice_exits_2(
-    tiny_qwen, qwen_cache, monkeypatch, capsys, tmp_path
+def test_omni_run_refuses_an_unknown_voice_before_any_model_builds_or_loads(
+    monkeypatch, capsys, tmp_path
 ):
-    monkeypatch.setenv("OMNI_CACHE_DIR", str(qwen_cache))
-    code = main(
-        ["run", "qwen2.5-omni", "--voice", "Nobody", "--max-tokens", "2", "-o", str(tmp_path)]
-    )
+    """omni-qwen declares the voices (``omni_pipeline_voices``: the tiny builder's speakers), so
+    ``omni run`` refuses before building or loading anything: the fresh cache stays empty (it
+    took a model build and a ~52 s engine start before)."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("OMNI_CACHE_DIR", str(cache))
+    out = tmp_path / "out"
+    code = main(["run", "qwen2.5-omni", "--voice", "Nobody", "--max-tokens", "2", "-o", str(out)])
     assert code == 2
-    assert MESSAGE in capsys.readouterr().err
-    assert list(tmp_path.iterdir()) == []  # nothing was synthesized
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "error: --voice Nobody: pipeline 'qwen2.5-omni' has no voice 'Nobody' (its voices: "
+        "Chelsie, Ethan)"
+    )
+    assert not (cache.exists() and any(cache.iterdir())) and not out.exists()
+
+
+def test_the_declared_voices_come_from_the_builder_or_the_checkpoint(tiny_qwen, tmp_path):
+    from omni_qwen.voices import declared_voices
+
+    from omni_core import PipelineConfig
+
+    def pipeline(model: str, engine: str = "omni_qwen.token2wav:build") -> PipelineConfig:
+        stage = {
+            "id": 0,
+            "name": "speak",
+            "kind": "torch",
+            "final_output": True,
+            "final_output_type": "audio",
+            "engine_args": {"engine": engine, "model": model},
+        }
+        return PipelineConfig.from_dict({"name": "p", "stages": [stage]})
+
+    assert declared_voices(omni_pipeline()) == ("Chelsie", "Ethan")  # the tiny model, unbuilt
+    assert declared_voices(pipeline(str(tiny_qwen))) == ("Chelsie", "Ethan")  # spk_dict.pt
+    assert declared_voices(pipeline(str(tmp_path))) is None  # nothing to read: stages decide
+    assert declared_voices(pipeline(str(tiny_qwen), engine="other:build")) is None
 
 
 def test_omni_qwen_takes_part_where_its_engines_run_on_the_torch_kind(tmp_path):

@@ -135,6 +135,15 @@ def omni_applies_to(pipeline: Any) -> bool:
 
 
 @hookimpl
+def omni_pipeline_voices(pipeline: Any) -> tuple[str, ...] | None:
+    """The talker's and token2wav's voices, before any stage starts (``omni run --voice``
+    refuses another one without loading a model): omni_qwen.voices.declared_voices."""
+    from omni_qwen.voices import declared_voices
+
+    return declared_voices(pipeline.config)
+
+
+@hookimpl
 def omni_admit_request(pipeline: Any, params: Any) -> None:
     """An unknown voice is a 400 before the request starts (omni_qwen.voices): called only for
     the pipelines omni-qwen takes part in (its bridge or ``requires_plugins: [qwen]``)."""

@@ -19,6 +19,7 @@ from typing import Any
 
 from omni_core import RequestRejected
 from omni_core.extend import stage_model
+from omni_qwen.plugin import TINY_MODEL
 
 # the engines whose stages take params.extra["voice"] (torch kind's engine_args.engine)
 VOICED_ENGINES = ("omni_qwen.talker:build", "omni_qwen.token2wav:build")
@@ -52,6 +53,30 @@ def check_voices(pipeline: Any, params: Mapping[int, Any]) -> None:
                 f"unknown voice {voice!r} (stage '{stage.name}'): this model has "
                 f"{', '.join(voices)}",
             )
+
+
+def declared_voices(pipeline: Any) -> tuple[str, ...] | None:
+    """The voices ``pipeline``'s (a PipelineConfig) talker and token2wav stages can take, known
+    before any of them starts (omni-qwen's ``omni_pipeline_voices``): the tiny model's speakers
+    from its builder, another checkpoint's from its ``spk_dict.pt`` names; None when no voiced
+    stage names a model whose speakers can be read here (the stages check the voice then)."""
+    found: set[str] | None = None
+    for stage in pipeline.stages:
+        if stage.kind != "torch" or stage.engine_args.get("engine") not in VOICED_ENGINES:
+            continue
+        model = stage.engine_args.get("model")
+        if not isinstance(model, str):
+            continue
+        voices: tuple[str, ...] | None
+        if model == TINY_MODEL:
+            from omni_qwen.build import SPEAKERS
+
+            voices = SPEAKERS
+        else:
+            voices = checkpoint_voices(model)
+        if voices is not None:  # every voiced stage must have it: the common ones
+            found = set(voices) if found is None else found & set(voices)
+    return None if found is None else tuple(sorted(found))
 
 
 def checkpoint_voices(model: str) -> tuple[str, ...] | None:
