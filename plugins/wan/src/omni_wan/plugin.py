@@ -10,7 +10,14 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from omni_core.extend import packaged_checksums
-from omni_core.plugin import Bridge, ModelSpec, PipelineSpec, StageKind, hookimpl
+from omni_core.plugin import (
+    Bridge,
+    ModelSpec,
+    PipelineSpec,
+    ServerRoute,
+    StageKind,
+    hookimpl,
+)
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -105,6 +112,20 @@ def omni_register_pipelines() -> Iterable[PipelineSpec]:
             "(diffusers), an MP4; guidance through omni-cfg",
         )
         for version, name in VERSIONS.items()
+    ]
+
+
+@hookimpl
+def omni_register_server_routes() -> Iterable[ServerRoute]:
+    from omni_wan.videos import mount
+
+    return [
+        ServerRoute(
+            "wan-videos",
+            mount,
+            "/v1/videos: asynchronous video jobs (create, status with progress, list, MP4, "
+            "delete), in memory only",
+        )
     ]
 
 
