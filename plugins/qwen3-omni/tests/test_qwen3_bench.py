@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from omni_qwen.speech_bench import Speech
+from omni_qwen.api import Speech
 from omni_qwen3.bench import _Qwen3Engine, check, measure, rows
 
 from omni_core import OmniSettings, PluginHost

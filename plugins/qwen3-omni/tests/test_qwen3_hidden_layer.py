@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from omni_qwen.pipelines import thinker_stage
+from omni_qwen.api import thinker_stage
 from omni_qwen3.build import ACCEPT_LAYER
 from omni_qwen3.pipelines import thinker_engine_args
 from omni_qwen3.vllm_plugin import describe

@@ -9,16 +9,18 @@ transformers processor's, so the audio / image really reached vLLM. One module-s
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pytest
-import torch
 from qwen3_helpers import AUDIO_TOKEN, IMAGE_TOKEN, greedy, image
 from qwen_prompts import AUDIO_CHAT, IMAGE_CHAT, SAMPLE_RATE, TEXT_CHAT, sine
 
-from omni_core import AsyncOmniEngine, OmniSettings
-from omni_core.plugin.hooks import PluginHost
+from omni_core.testing.parity import (
+    check_ids_or_top_k,
+    greedy_top_k,
+    pipeline_engine,
+    top_k_oracle,
+)
 
 # The module's first test starts the engine (build, vLLM import, MoE thinker load in a stage
 # process): 110 s measured at load average 8 on the 2 shared cores, over the default 60 s.
@@ -30,64 +32,33 @@ TOP_K = 5
 
 @pytest.fixture(scope="module")
 def engine(tiny_qwen3, qwen3_cache):
-    settings = OmniSettings(cache_dir=qwen3_cache, startup_timeout_s=300.0)
-    host = PluginHost.create(settings)
-    config = host.pipelines()["qwen3-omni-thinker"].load()
-    engine = AsyncOmniEngine(config, settings=settings, plugins=host)
-    yield engine
-    engine.shutdown()
+    with pipeline_engine("qwen3-omni-thinker", qwen3_cache) as engine:
+        yield engine
 
 
 def reference(hf, chat, **media: Any) -> dict[str, Any]:
     """transformers: the rendered prompt, its ids, the greedy ids and a top-k oracle."""
     text, inputs, ids = greedy(hf, chat, NEW_TOKENS, **media)
-    model = hf[1]
-
-    def top(position: int, prefix: list[int]) -> list[int]:
-        forced = torch.tensor([inputs["input_ids"][0].tolist() + prefix[:position]])
-        forward = {k: v for k, v in inputs.items() if k not in ("input_ids", "attention_mask")}
-        with torch.no_grad():
-            logits = model.thinker(input_ids=forced, **forward).logits[0, -1]
-        return torch.topk(logits, TOP_K).indices.tolist()
-
+    top = top_k_oracle(hf[1].thinker, inputs, TOP_K)
     return {"text": text, "prompt_ids": inputs["input_ids"][0].tolist(), "ids": ids, "top": top}
 
 
-def run(engine, prompt: Any) -> tuple[list[int], list[Any], list[int]]:
-    params = {"thinker": {"max_tokens": NEW_TOKENS, "temperature": 0.0, "logprobs": TOP_K}}
-
-    async def go():
-        ids: list[int] = []
-        logprobs: list[Any] = []
-        last = None
-        async for out in engine.generate(prompt, sampling_params=params):
-            ids.extend(out.token_ids)
-            logprobs.extend(out.logprobs or [])
-            last = out
-        return ids, logprobs, last
-
-    ids, logprobs, last = asyncio.run(go())
-    assert last is not None and last.finished and last.error is None, last
-    return ids, logprobs, list(last.payload.prompt_token_ids)
+def run(engine, prompt: Any) -> tuple[list[int], list[set[int]], list[int]]:
+    ids, tops, outs = greedy_top_k(engine, prompt, "thinker", NEW_TOKENS, TOP_K)
+    return ids, tops, list(outs[-1].payload.prompt_token_ids)
 
 
-def assert_close(vllm_ids, vllm_logprobs, ref) -> None:
+def assert_close(vllm_ids, vllm_tops, ref) -> None:
     """Equal ids, or at the first divergence each side's token in the other's top-5."""
-    assert 0 < len(vllm_ids) <= NEW_TOKENS and len(vllm_logprobs) == len(vllm_ids)
-    for i, (ours, theirs) in enumerate(zip(vllm_ids, ref["ids"], strict=False)):
-        if ours == theirs:
-            continue
-        assert theirs in set(vllm_logprobs[i]), f"step {i}: HF's {theirs} not in vLLM's top-5"
-        assert ours in ref["top"](i, ref["ids"]), f"step {i}: vLLM's {ours} not in HF's top-5"
-        return
-    assert len(vllm_ids) == len(ref["ids"])  # the same tokens, so both stopped at the same place
+    assert 0 < len(vllm_ids) <= NEW_TOKENS
+    check_ids_or_top_k(vllm_ids, vllm_tops, ref["ids"], lambda i: ref["top"](i, ref["ids"]))
 
 
 def test_text_prompt_matches_transformers(engine, hf3):
     ref = reference(hf3, TEXT_CHAT)
-    ids, logprobs, prompt_ids = run(engine, {"prompt": ref["text"]})
+    ids, tops, prompt_ids = run(engine, {"prompt": ref["text"]})
     assert prompt_ids == ref["prompt_ids"]
-    assert_close(ids, logprobs, ref)
+    assert_close(ids, tops, ref)
     assert len(set(ref["ids"])) > 1  # the random model's greedy output is not one token over
 
 
@@ -96,9 +67,9 @@ def test_audio_and_text_prompt_matches_transformers(engine, hf3):
     ref = reference(hf3, AUDIO_CHAT, audio=[audio])
     assert ref["prompt_ids"].count(AUDIO_TOKEN) == 13
     prompt = {"prompt": ref["text"], "multi_modal_data": {"audio": (audio, SAMPLE_RATE)}}
-    ids, logprobs, prompt_ids = run(engine, prompt)
+    ids, tops, prompt_ids = run(engine, prompt)
     assert prompt_ids == ref["prompt_ids"]  # vLLM expanded the placeholder as transformers did
-    assert_close(ids, logprobs, ref)
+    assert_close(ids, tops, ref)
 
 
 def test_image_and_text_prompt_matches_transformers(engine, hf3):
@@ -107,6 +78,6 @@ def test_image_and_text_prompt_matches_transformers(engine, hf3):
     ref = reference(hf3, IMAGE_CHAT, images=[picture])
     assert ref["prompt_ids"].count(IMAGE_TOKEN) == 4  # 64x64: 4x4 patches of 16, merged 2x2
     prompt = {"prompt": ref["text"], "multi_modal_data": {"image": picture}}
-    ids, logprobs, prompt_ids = run(engine, prompt)
+    ids, tops, prompt_ids = run(engine, prompt)
     assert prompt_ids == ref["prompt_ids"]
-    assert_close(ids, logprobs, ref)
+    assert_close(ids, tops, ref)

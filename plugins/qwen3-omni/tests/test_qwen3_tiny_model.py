@@ -4,9 +4,6 @@ transformers and speaks through ``generate(return_audio=True)``."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -17,6 +14,7 @@ from qwen_prompts import AUDIO_CHAT, TEXT_CHAT, hf_inputs, sine
 
 from omni_core.family import compat
 from omni_core.models import tree_hashes
+from omni_core.testing.parity import rebuild_in_fresh_process
 
 pytestmark = pytest.mark.engine
 
@@ -24,13 +22,8 @@ pytestmark = pytest.mark.engine
 def test_rebuild_with_omni_models_build_in_a_fresh_process_matches_the_committed_checksums(
     tiny_qwen3, tmp_path
 ):
-    cmd = [sys.executable, "-m", "omni_core.cli", "models", "build", TINY_MODEL, "--check"]
-    env = {**os.environ, "OMNI_CACHE_DIR": str(tmp_path)}
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert "checksums ok" in out.stdout
-    (built,) = (tmp_path / "models").iterdir()
-    assert tree_hashes(built) == tree_hashes(tiny_qwen3) == committed_checksums()
+    fresh = rebuild_in_fresh_process(TINY_MODEL, tmp_path)  # omni models build --check
+    assert fresh == tree_hashes(tiny_qwen3) == committed_checksums()
     assert set(committed_checksums()) == {
         "chat_template.jinja",
         "config.json",
