@@ -49,11 +49,26 @@ class _AudioInput(_Nested):
     turn_detection: dict[str, Any] | None = None
 
 
+class _VoiceId(_Nested):
+    id: StrictStr  # GA's custom voice reference: the voice's name here
+
+
+class _AudioOutput(_Nested):
+    format: _Format | None = None
+    voice: StrictStr | _VoiceId | None = None
+
+
 class _Audio(_Nested):
     input: _AudioInput | None = None
+    output: _AudioOutput | None = None
 
 
 class _Session(_Nested):
+    """GA's ``session`` (``type``, ``audio.input``/``audio.output``) or the flat one
+    (``turn_detection``, ``voice``): both are read (omni_duplex.session_shape)."""
+
+    type: StrictStr | None = None
+    voice: StrictStr | None = None
     instructions: Any = None
     output_modalities: Any = None
     modalities: Any = None
@@ -267,14 +282,27 @@ def _session_changes(session: _Session, eid: str | None) -> dict[str, Any]:
     if "max_output_tokens" in given:
         limit = session.max_output_tokens
         changes["max_output_tokens"] = None if limit == "inf" else limit
-    audio_in = session.audio.input if session.audio is not None else None
-    fmt = audio_in.format if audio_in is not None else None
-    if fmt is not None and (fmt.type != "audio/pcm" or fmt.rate != WIRE_SAMPLE_RATE):
+    if session.type is not None and session.type != "realtime":
         raise ClientEventError(
             "invalid_session_config",
-            f"'session.audio.input.format': must be audio/pcm at {WIRE_SAMPLE_RATE} Hz",
+            f"'session.type' {session.type!r}: only 'realtime' sessions (no transcription ones)",
             eid,
         )
+    audio_in = session.audio.input if session.audio is not None else None
+    audio_out = session.audio.output if session.audio is not None else None
+    for where, part in (("input", audio_in), ("output", audio_out)):
+        fmt = part.format if part is not None else None
+        if fmt is not None and (fmt.type != "audio/pcm" or fmt.rate != WIRE_SAMPLE_RATE):
+            raise ClientEventError(
+                "invalid_session_config",
+                f"'session.audio.{where}.format': must be audio/pcm at {WIRE_SAMPLE_RATE} Hz",
+                eid,
+            )
+    if "voice" in given:
+        changes["voice"] = session.voice
+    if audio_out is not None and "voice" in audio_out.model_fields_set:  # GA's place wins
+        voice = audio_out.voice
+        changes["voice"] = voice.id if isinstance(voice, _VoiceId) else voice
     for source in (session, audio_in):
         if source is not None and "turn_detection" in source.model_fields_set:
             td = source.turn_detection

@@ -43,6 +43,8 @@ class SessionConfig(BaseModel):
     turn_detection: TurnDetection | None = Field(default_factory=TurnDetection)
     input_sample_rate_hz: int = Field(default=WIRE_SAMPLE_RATE, ge=8000, le=96_000)
     max_output_tokens: int | None = Field(default=None, ge=1)
+    # one of the model plug's ``voices`` (checked by omni_duplex.session_shape); None: its default
+    voice: str | None = Field(default=None, min_length=1)
     # Realtime function tools and tool_choice, checked by omni_duplex.tools.check_config
     tools: list[Any] = Field(default_factory=list)
     tool_choice: str | dict[str, Any] = "auto"

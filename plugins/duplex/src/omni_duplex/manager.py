@@ -25,6 +25,7 @@ from omni_duplex.messages import (
     TouchSession,
 )
 from omni_duplex.session import SessionRunner, _Close
+from omni_duplex.session_shape import check_voice
 
 if TYPE_CHECKING:
     from omni_core import SamplingParams
@@ -131,6 +132,7 @@ class SessionManager:
         if msg.client is not None:
             self._check_client(msg.client)
         config = parse_session_config({**self.section.session_defaults, **(msg.config or {})})
+        check_voice(self.model, config)
         port = self.orch.port
         for stage_id, stage in port.pipeline.stages.items():
             if not port.has_live_replica(stage_id):

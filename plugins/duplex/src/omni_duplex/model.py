@@ -76,6 +76,9 @@ class DuplexModel(ABC):
     supports_tools: bool = False
     # True: plan_response blocks (tokenizes): sessions call it in a worker thread
     plans_off_loop: bool = False
+    # the voices a session may choose (``session.audio.output.voice``, read by plan_response
+    # from ``context.session.voice``); empty: the model speaks with one voice, none to choose
+    voices: tuple[str, ...] = ()
 
     def bind(self, engine: Any) -> None:
         """Called once by the engine that loaded the plug, before any session (its

@@ -14,6 +14,7 @@ from typing import Any
 from omni_duplex import client_events
 from omni_duplex import protocol as P
 from omni_duplex.errors import error_type
+from omni_duplex.session_shape import wire_session
 
 
 def _event_id() -> str:
@@ -61,12 +62,7 @@ def to_server_event(event: P.DuplexEvent) -> dict[str, Any]:
     d = event.data
     out: dict[str, Any] = {"type": event.type, "event_id": _event_id()}
     if event.type in (P.SESSION_CREATED, P.SESSION_UPDATED):
-        out["session"] = {
-            "id": event.session_id,
-            "object": "realtime.session",
-            "type": "realtime",
-            **d["session"],
-        }
+        out["session"] = wire_session(event.session_id, d["session"])  # GA's and the flat
         if "capabilities" in d:
             out["session"]["capabilities"] = d["capabilities"]
     elif event.type == P.ERROR:

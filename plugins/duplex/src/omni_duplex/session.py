@@ -23,6 +23,7 @@ from omni_duplex.errors import DuplexError
 from omni_duplex.history import truncate
 from omni_duplex.lease import Lease
 from omni_duplex.model import ResponseContext, UserTurn
+from omni_duplex.session_shape import check_voice
 
 if TYPE_CHECKING:
     from omni_core import OmniRequestOutput
@@ -207,6 +208,7 @@ class SessionRunner:
         elif isinstance(cmd, P.UpdateSession):
             config = self._resolved(self.config.updated(cmd.session))
             tools.check_model(self.model, config)
+            check_voice(self.model, config)
             vad = self._new_vad(config)  # a VAD that cannot be made leaves the session as it was
             self.config, self.vad, self.speech_item = config, vad, None
             self.emit(P.SESSION_UPDATED, session=self.config.public())
