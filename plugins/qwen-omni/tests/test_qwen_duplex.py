@@ -418,3 +418,26 @@ def test_a_spoken_reply_streams_an_audio_delta_per_token2wav_chunk(served):
     runs = [(k, len(list(g))) for k, g in itertools.groupby(kinds) if k in (audio, text)]
     assert kinds.count(audio) >= 2, runs  # per chunk, not one per reply
     assert text in kinds[kinds.index(audio) :], runs  # speech while the thinker still replies
+
+
+def test_the_sessions_voice_reaches_the_talker_and_token2wav():
+    """``session.audio.output.voice`` (omni-duplex's GA session): the plug declares the
+    speakers and sends the chosen one as every stage's ``params.extra["voice"]``."""
+    from types import SimpleNamespace
+
+    from omni_duplex.config import SessionConfig
+    from omni_duplex.model import ResponseContext, UserTurn
+    from omni_qwen.duplex import build_model
+
+    from omni_core.sampling import SamplingParams
+
+    model = build_model(SimpleNamespace(config=duplex_pipeline()), None)
+    assert model.voices == ("Chelsie", "Ethan")
+    defaults = {sid: SamplingParams() for sid in range(3)}
+    turn = [UserTurn("item_1", None, "hi", 0.0)]
+    for voice, text_only in (("Ethan", False), (None, False), ("Ethan", True)):
+        modalities = ["text"] if text_only else ["audio"]
+        config = SessionConfig(voice=voice, output_modalities=modalities)
+        plan = model.plan_response(ResponseContext(config, turn, [], defaults, {}, "s1"))
+        voices = [params.extra.get("voice") for params in plan.params.values()]
+        assert voices == [voice if not text_only else None] * 3, (voice, text_only)

@@ -106,6 +106,10 @@ def build_model(pipeline: Any, section: Any) -> Any:
     """The plug for one engine (the ``omni_duplex_register_models`` factory)."""
     from omni_duplex.model import TinyOmniModel
 
+    from omni_qwen.voices import declared_voices
+
+    speakers = declared_voices(pipeline.config) or ()
+
     class QwenOmniDuplexModel(TinyOmniModel):
         """Spoken turns as audio, typed turns as text, the conversation re-rendered each
         response; outputs projected as the tiny plug does (text deltas, 24 kHz audio)."""
@@ -113,6 +117,7 @@ def build_model(pipeline: Any, section: Any) -> Any:
         name = MODEL
         input_sample_rate = INPUT_RATE
         keeps_audio = True  # the session keeps spoken turns' audio in its history
+        voices = speakers  # session.audio.output.voice: the talker's and token2wav's voice
 
         def validate_pipeline(self, pipeline: Any) -> list[str]:
             problems = list(super().validate_pipeline(pipeline))
@@ -154,6 +159,8 @@ def build_model(pipeline: Any, section: Any) -> Any:
                     changes["max_tokens"] = limit
                 if wants_audio:
                     extra[AUDIO_OPTIONS] = {"stream": True}
+                if wants_audio and context.session.voice is not None:
+                    extra["voice"] = context.session.voice  # as omni run --voice: every stage
                 if extra != value.extra:
                     changes["extra"] = extra
                 if changes:
