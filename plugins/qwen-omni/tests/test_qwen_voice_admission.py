@@ -1,7 +1,8 @@
 """An unknown voice on ``qwen2.5-omni`` is refused at admission (omni-qwen's
 ``omni_admit_request``): a streamed chat gets a 400 naming the voice and the checkpoint's
-speakers before any 200 or event, ``omni run --voice`` exits 2 with that message, and the
-server keeps answering. The speakers are read from ``spk_dict.pt``'s pickle (no tensor loaded)."""
+speakers before any 200 or event, and the server keeps answering; ``omni run --voice`` exits 2
+before any model builds (omni-qwen's ``omni_pipeline_voices``). The speakers are read from
+``spk_dict.pt``'s pickle (no tensor loaded)."""
 
 from __future__ import annotations
 
