@@ -35,9 +35,11 @@ def qi_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_qi(qi_cache: Path) -> Path:
     """The built ``tiny-qwen-image`` directory, resolved through the plugin registry."""
+    from omni_core import OmniSettings
     from omni_core.models import ensure_model
+    from omni_core.plugin.hooks import PluginHost
 
-    return ensure_model("tiny-qwen-image", qi_cache)
+    return ensure_model("tiny-qwen-image", qi_cache, PluginHost.create(OmniSettings()))
 
 
 @pytest.fixture(scope="session")
@@ -49,5 +51,32 @@ def pipe(tiny_qi: Path):
 
     df_logging.set_verbosity_error()
     pipe = QwenImagePipeline.from_pretrained(str(tiny_qi), dtype=torch.float32)
+    pipe.set_progress_bar_config(disable=True)
+    return pipe
+
+
+@pytest.fixture(scope="session")
+def tiny_qie(qi_cache: Path) -> Path:
+    """The built ``tiny-qwen-image-edit`` directory, resolved through the plugin registry."""
+    from omni_core import OmniSettings
+    from omni_core.models import ensure_model
+    from omni_core.plugin.hooks import PluginHost
+
+    return ensure_model("tiny-qwen-image-edit", qi_cache, PluginHost.create(OmniSettings()))
+
+
+@pytest.fixture(scope="session")
+def edit_pipe(tiny_qie: Path):
+    """diffusers' reference: the whole ``QwenImageEditPipeline`` on the tiny checkpoint, float32
+    (the family kit's compat shim installed: its processor loads without torchvision)."""
+    import torch
+    from diffusers import QwenImageEditPipeline
+    from diffusers.utils import logging as df_logging
+
+    from omni_core.family.compat import install
+
+    install()
+    df_logging.set_verbosity_error()
+    pipe = QwenImageEditPipeline.from_pretrained(str(tiny_qie), dtype=torch.float32)
     pipe.set_progress_bar_config(disable=True)
     return pipe

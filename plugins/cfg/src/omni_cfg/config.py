@@ -71,6 +71,11 @@ class CfgSection(BaseModel):
         le=MAX_BRANCHES,
         description="most branches a request (or this section) may give; not overridable",
     )
+    share_media: bool = Field(
+        default=False,
+        description="a companion's text prompt carries the request's multi_modal_data (an "
+        "edit's input image, which the negative prompt is encoded with); not overridable",
+    )
 
     @model_validator(mode="after")
     def _check(self, info: ValidationInfo) -> CfgSection:

@@ -51,10 +51,15 @@ class Guide:
 
     # --- admission ----------------------------------------------------------------------------
     def admit(
-        self, request_id: str, params: dict[int, SamplingParams], caller_id: str | None = None
+        self,
+        request_id: str,
+        params: dict[int, SamplingParams],
+        caller_id: str | None = None,
+        prompt: Any = None,
     ) -> Admission | None:
         """The companions of run ``request_id``; errors name the caller's id (``caller_id``: a
-        parallel-sampling child's request)."""
+        parallel-sampling child's request). With ``share_media``, a request ``prompt`` carrying
+        ``multi_modal_data`` gives each companion ``{"prompt": text, "multi_modal_data": ...}``."""
         caller_id = caller_id or request_id
         options = request_options(self.section, params, caller_id)
         if options is None:
@@ -63,7 +68,12 @@ class Guide:
         n = first.n if first is not None else 1
         check_work(options, n, self.port.settings.max_n, caller_id)
         companion_params = self._companion_params(options, params, caller_id)
-        prompts = {NEGATIVE: options.negative_prompt} | {b.name: b.prompt for b in options.branches}
+        prompts: dict[str, Any] = {NEGATIVE: options.negative_prompt} | {
+            b.name: b.prompt for b in options.branches
+        }
+        media = prompt.get("multi_modal_data") if isinstance(prompt, dict) else None
+        if self.section.share_media and media:
+            prompts = {r: {"prompt": p, "multi_modal_data": media} for r, p in prompts.items()}
         parent_weight, weights = options.weights()
         companions = tuple(
             Companion(

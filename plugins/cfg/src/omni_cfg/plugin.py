@@ -38,7 +38,7 @@ class GuidedPipeline:
     def omni_admit_request(
         self, run_id: str, request: RequestView, params: dict[int, SamplingParams]
     ) -> Admission | None:
-        return self.guide.admit(run_id, params, request.request_id)
+        return self.guide.admit(run_id, params, request.request_id, request.prompt)
 
     @hookimpl
     def omni_request_admitted(self, request: RequestView) -> None:

@@ -60,12 +60,14 @@ _WORDS = (
 ).split()
 
 
-def corpus() -> list[str]:
-    """Qwen-Image's template (special tokens taken out) around prompts drawn with an LCG (no
-    global RNG): BPE learns every template word as one token."""
-    template = PROMPT_TEMPLATE
-    for token in ("<|im_start|>", "<|im_end|>"):
-        template = template.replace(token, "")
+def corpus(templates: tuple[str, ...] = (PROMPT_TEMPLATE,)) -> list[str]:
+    """Prompt templates (special tokens taken out; taken in turn) around prompts drawn with an
+    LCG (no global RNG): BPE learns every template word as one token."""
+    bare = []
+    for template in templates:
+        for token in SPECIAL_TOKENS:
+            template = template.replace(token, "")
+        bare.append(template)
     x = 1234567
     lines = []
     for i in range(4000):
@@ -74,17 +76,24 @@ def corpus() -> list[str]:
             x = (1103515245 * x + 12345) % (2**31)
             words.append(_WORDS[(x >> 4) % len(_WORDS)])
         prompt = " ".join(words) + (", " + str(i % 100) if i % 7 == 0 else "")
-        lines.append(template.format(prompt))
+        lines.append(bare[i % len(bare)].format(prompt))
     lines.append("ABCDEFGHIJKLMNOPQRSTUVWXYZ abcdefghijklmnopqrstuvwxyz 0123456789 .,;:!?'\"()-")
     return lines
 
 
-def build_tokenizer() -> Any:
+def build_tokenizer(
+    templates: tuple[str, ...] = (PROMPT_TEMPLATE,),
+    prefixes: tuple[tuple[str, int], ...] = (
+        (PROMPT_TEMPLATE.split("{}")[0], TEMPLATE_PREFIX_TOKENS),
+    ),
+) -> Any:
+    """The BPE tokenizer trained on ``templates``; each of ``prefixes`` (text, tokens) must
+    tokenize to exactly that many tokens (the pipelines hard-code where the prompt starts)."""
     from transformers import Qwen2TokenizerFast
 
     from omni_core.extend import train_qwen2_bpe
 
-    tok = train_qwen2_bpe(corpus(), 768)
+    tok = train_qwen2_bpe(corpus(templates), 768)
     tok.add_special_tokens(list(SPECIAL_TOKENS))
     tokenizer = Qwen2TokenizerFast(
         tokenizer_object=tok,
@@ -93,10 +102,10 @@ def build_tokenizer() -> Any:
         model_max_length=32768,
         clean_up_tokenization_spaces=False,
     )
-    prefix = PROMPT_TEMPLATE.split("{}")[0]
-    n = len(tokenizer(prefix).input_ids)
-    if n != TEMPLATE_PREFIX_TOKENS:
-        raise RuntimeError(f"the template prefix is {n} tokens, not {TEMPLATE_PREFIX_TOKENS}")
+    for prefix, tokens in prefixes:
+        n = len(tokenizer(prefix).input_ids)
+        if n != tokens:
+            raise RuntimeError(f"a template prefix is {n} tokens, not {tokens}: {prefix!r}")
     return tokenizer
 
 

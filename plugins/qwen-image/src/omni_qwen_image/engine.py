@@ -13,6 +13,12 @@ CFG at the stage's ``true_cfg_scale``), or weighted conditionings
 first is the request's own): their predictions are combined as ``Σ w_i ε_i`` (for two,
 ``ε_neg + s (ε_pos - ε_neg)`` as the pipeline writes it) and rescaled to the norm of the
 request's own prediction — Qwen-Image's true CFG with norm rescaling.
+
+A ``QwenImageEditPipeline`` folder makes an edit stage: a prompt (or its first conditioning)
+then carries ``"image"`` (the input, uint8 ``[H, W, 3]``), which is resized to about
+``condition_area`` pixels, VAE-encoded once per request and appended to the noisy latents at every
+transformer call (its prediction rows dropped), as ``QwenImageEditPipeline`` does
+(:mod:`omni_qwen_image.edit`).
 """
 
 from __future__ import annotations
@@ -39,6 +45,8 @@ class Sample:
     width: int
     preview: int | None
     k: int = 0
+    image_latents: Any = None  # an edit: the packed input image latents [1, tokens, C]
+    condition: tuple[int, int] | None = None  # an edit: the input's (height, width) as encoded
 
 
 class DiffusersEngine(TorchStageEngine):
@@ -46,10 +54,10 @@ class DiffusersEngine(TorchStageEngine):
 
     def __init__(self, config: dict[str, Any]) -> None:
         import torch
-        from diffusers import QwenImagePipeline
         from diffusers.utils import logging as df_logging
 
         from omni_core.extend import default_plane
+        from omni_qwen_image.edit import pipeline_class
 
         self.args = DiffusersArgs.model_validate(config["args"])
         self.stage = config.get("stage", "diffusers")
@@ -59,8 +67,10 @@ class DiffusersEngine(TorchStageEngine):
         self.torch = torch
         self.dtype = getattr(torch, self.args.dtype)
         model = Path(config["model"])
-        self.pipe = QwenImagePipeline.from_pretrained(
-            str(model), text_encoder=None, tokenizer=None, dtype=self.dtype
+        cls, extra = pipeline_class(model)
+        self.edit = bool(extra)
+        self.pipe = cls.from_pretrained(
+            str(model), text_encoder=None, tokenizer=None, dtype=self.dtype, **extra
         )
         self.pipe.set_progress_bar_config(disable=True)
         self.device = torch.device(self.args.device)
@@ -81,13 +91,33 @@ class DiffusersEngine(TorchStageEngine):
         seed = _pick(options.seed, _pick(params.seed, self.args.seed))
         generator = torch.Generator().manual_seed(int(seed))
         channels = self.pipe.transformer.config.in_channels // 4
-        latents = self.pipe.prepare_latents(  # drawn on the CPU (the generator's), as diffusers
-            1, channels, height, width, self.dtype, self.device, generator
-        )
+        image = edit_image(request.prompt)
+        image_latents, condition = None, None
+        if image is not None or self.edit:
+            from omni_qwen_image.edit import condition_image
+
+            tensor, condition = condition_image(self, image)
+            if options.height is None and options.width is None:
+                height, width = condition  # diffusers' default: the input's condition size
+            latents, image_latents = self.pipe.prepare_latents(
+                tensor, 1, channels, height, width, self.dtype, self.device, generator
+            )
+        else:  # drawn on the CPU (the generator's), as diffusers
+            latents = self.pipe.prepare_latents(
+                1, channels, height, width, self.dtype, self.device, generator
+            )
         scheduler, timesteps = self.schedule(steps, latents.shape[1])
         preview = _pick(options.preview_every, self.args.preview_every)
         self.samples[request.request_id] = Sample(
-            latents, conds, scheduler, timesteps, height, width, preview or None
+            latents,
+            conds,
+            scheduler,
+            timesteps,
+            height,
+            width,
+            preview or None,
+            image_latents=image_latents,
+            condition=condition,
         )
 
     def conditionings(self, prompt: Any, scale: float) -> list[tuple[Any, float]]:
@@ -103,7 +133,7 @@ class DiffusersEngine(TorchStageEngine):
             items = prompt["conditionings"]
             if not isinstance(items, list) or not items:
                 raise RequestError("conditionings: a non-empty list", param="conditionings")
-            conds = []
+            conds: list[tuple[Any, float]] = []
             for i, item in enumerate(items):
                 where = f"conditionings[{i}]"
                 if not isinstance(item, dict) or "prompt_embeds" not in item:
@@ -200,9 +230,10 @@ class DiffusersEngine(TorchStageEngine):
         the exception that stopped them). Conditionings of samples of the same size run through
         the transformer together, ``max_batch`` rows per forward; a failed batch is redone row
         by row, so a failure is pinned to its request."""
-        groups: dict[tuple[int, int], list[tuple[str, Sample]]] = {}
+        groups: dict[tuple[Any, ...], list[tuple[str, Sample]]] = {}
         for rid, sample in self.samples.items():
-            groups.setdefault((sample.height, sample.width), []).append((rid, sample))
+            key = (sample.height, sample.width, sample.condition)
+            groups.setdefault(key, []).append((rid, sample))
         result: dict[str, Any] = {rid: [] for rid in self.samples}
         size = self.args.max_batch
         for members in groups.values():
@@ -233,7 +264,10 @@ class DiffusersEngine(TorchStageEngine):
         torch = self.torch
         first = rows[0][1]
         vae_scale = self.pipe.vae_scale_factor
-        shape = (1, first.height // vae_scale // 2, first.width // vae_scale // 2)
+        shapes = [(1, first.height // vae_scale // 2, first.width // vae_scale // 2)]
+        if first.condition is not None:
+            ch, cw = first.condition
+            shapes.append((1, ch // vae_scale // 2, cw // vae_scale // 2))
         lengths = [embeds.shape[1] for _, _, embeds in rows]
         longest = max(lengths)
         embeds = torch.cat(
@@ -246,6 +280,11 @@ class DiffusersEngine(TorchStageEngine):
                 < torch.tensor(lengths, device=self.device)[:, None]
             )
         latents = torch.cat([sample.latents for _, sample, _ in rows])
+        tokens = latents.shape[1]
+        if first.image_latents is not None:  # an edit: the input image's latents appended
+            latents = torch.cat(
+                [torch.cat([s.latents, s.image_latents], dim=1) for _, s, _ in rows]
+            )
         timestep = torch.cat([s.timesteps[s.k].expand(1) for _, s, _ in rows]).to(latents.dtype)
         out = self.pipe.transformer(
             hidden_states=latents,
@@ -253,11 +292,11 @@ class DiffusersEngine(TorchStageEngine):
             guidance=None,
             encoder_hidden_states_mask=mask,
             encoder_hidden_states=embeds,
-            img_shapes=[[shape]] * len(rows),
+            img_shapes=[shapes] * len(rows),
             attention_kwargs={},
             return_dict=False,
         )[0]
-        return list(out.split(1))
+        return list(out[:, :tokens].split(1))
 
     def guided(self, preds: list[Any], sample: Sample) -> Any:
         """The conditionings' predictions combined, rescaled to the request's own norm."""
@@ -324,6 +363,26 @@ def _check_guidance(extra: dict[str, Any], prompt: Any) -> None:
         "section",
         param="cfg",
     )
+
+
+def edit_image(prompt: Any) -> Any:
+    """The input image of an edit prompt (``prompt["image"]`` or its first conditioning's)."""
+    if not isinstance(prompt, dict):
+        return None
+    items = prompt.get("conditionings")
+    if isinstance(items, list) and items and isinstance(items[0], dict):
+        image = items[0].get("image")
+    else:
+        image = prompt.get("image")
+    if isinstance(image, list | tuple):
+        if len(image) != 1:
+            raise RequestError(
+                f"image: {len(image)} input images; this stage edits one (Qwen-Image-Edit; "
+                "Edit-Plus's several images are not served)",
+                param="image",
+            )
+        image = image[0]
+    return image
 
 
 def _pick(value: Any, default: Any) -> Any:

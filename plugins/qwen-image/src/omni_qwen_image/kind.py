@@ -55,6 +55,14 @@ class DiffusersArgs(BaseModel):
     preview_every: int | None = Field(
         default=None, ge=1, description="stream a preview image every k steps (unset: none)"
     )
+    condition_area: int = Field(
+        default=DEFAULT_MAX_PIXELS,
+        ge=32 * 32,
+        description="an edit pipeline (QwenImageEditPipeline folder): the input image is "
+        "resized to about this many pixels, its aspect ratio kept, sides multiples of 32 "
+        "(diffusers' calculate_dimensions(1024*1024)), and that is the output's default size; "
+        "at most max_pixels",
+    )
     dtype: str = Field(default="float32", description="torch dtype: float32 or bfloat16")
     device: str = Field(
         default="cpu", description="torch device of the models and latents (e.g. cuda)"
@@ -82,6 +90,10 @@ class DiffusersArgs(BaseModel):
         if max(self.height, self.width) > self.max_side:
             raise ValueError(
                 f"height x width: {self.height}x{self.width}, a side over max_side={self.max_side}"
+            )
+        if self.condition_area > self.max_pixels:
+            raise ValueError(
+                f"condition_area: {self.condition_area} pixels, over max_pixels={self.max_pixels}"
             )
         if self.height * self.width > self.max_pixels:
             raise ValueError(

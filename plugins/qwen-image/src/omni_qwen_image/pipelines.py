@@ -80,3 +80,76 @@ def qwen_image_pipeline(
             "timeout_s": 60,
         }
     return PipelineConfig.from_dict(config, source=f"<pipeline {PIPELINE} (omni-qwen-image)>")
+
+
+EDIT_PIPELINE = "qwen-image-edit"
+EDIT_SIZE = 32  # the tiny model's condition area: 32x32 (QwenImageEditPipeline: 1024x1024)
+
+
+def edit_encoder_engine_args(model: str = "tiny-qwen-image-edit") -> dict[str, Any]:
+    """A ``vllm`` pooling stage on the whole Qwen2.5-VL encoder: the edit template (its image
+    placeholder expanded by vLLM's processor for the prompt's ``multi_modal_data["image"]``),
+    the 64-token prefix left out (``QwenImageEditPipeline.encode_prompt``'s rows). Its processes
+    get the family kit's compat shim (``PYTHONPATH``): the VL processor without torchvision."""
+    from omni_core.family.compat import PORTABLE_PYTHONPATH
+    from omni_qwen_image.build_edit import EDIT_ENCODER_DIR, EDIT_PREFIX_TOKENS, EDIT_TEMPLATE
+
+    return {
+        "model": model,
+        "subfolder": EDIT_ENCODER_DIR,
+        "max_model_len": 2048,
+        "env": {"PYTHONPATH": PORTABLE_PYTHONPATH},
+        "engine": {"limit_mm_per_prompt": {"image": 1, "video": 0}},
+        "pooling": {
+            "template": EDIT_TEMPLATE,
+            "drop_prefix": EDIT_PREFIX_TOKENS,
+            "max_length": MAX_SEQUENCE_LENGTH,
+        },
+    }
+
+
+def qwen_image_edit_pipeline(
+    host: PluginHost, model: str = "tiny-qwen-image-edit", steps: int = 4, size: int = EDIT_SIZE
+) -> PipelineConfig:
+    """Qwen-Image-Edit: ``{"prompt": text, "multi_modal_data": {"image": RGB}}`` → the VL encoder
+    (vLLM pooling, image included) → MMDiT + VAE on the input image's latents → PNG, by default
+    of the input's condition size (about ``size``² pixels). Guidance as ``qwen-image``'s, the
+    negative prompt encoded with the same input image (omni-cfg's ``share_media``)."""
+    config: dict[str, Any] = {
+        "name": EDIT_PIPELINE,
+        "requires_plugins": ["qwen-image"],
+        "stages": [
+            {
+                "id": 0,
+                "name": "encoder",
+                "kind": "vllm",
+                "engine_args": edit_encoder_engine_args(model),
+            },
+            {
+                "id": 1,
+                "name": "dit",
+                "kind": "diffusers",
+                "inputs": [0],
+                "bridge": "prompt-embeds",
+                "engine_args": {
+                    "model": model,
+                    "steps": steps,
+                    "height": size,
+                    "width": size,
+                    "condition_area": size * size,
+                },
+                "final_output": True,
+                "final_output_type": "image",
+            },
+        ],
+    }
+    if cfg_available(host):
+        config[SECTION_CFG] = {
+            "stage": "dit",
+            "enabled": False,
+            "guidance_scale": DEFAULT_GUIDANCE,
+            "negative_prompt": " ",
+            "timeout_s": 60,
+            "share_media": True,
+        }
+    return PipelineConfig.from_dict(config, source=f"<pipeline {EDIT_PIPELINE} (omni-qwen-image)>")

@@ -22,11 +22,24 @@ OMNI_PLUGIN_API_VERSION = 3
 
 TINY_MODEL = "tiny-qwen-image"
 TINY_VERSION = "v1"  # bump whenever the builder's output changes (a new cache directory)
+IMAGE_PLACEHOLDER = "<|image_pad|>"  # an encoder template with it: the prompt needs one image
+TINY_EDIT_MODEL = "tiny-qwen-image-edit"
+TINY_EDIT_VERSION = "v1"
+EDIT_CHECKSUMS = "checksums_edit.json"
 
 
 def committed_checksums() -> dict[str, str]:
     """SHA-256 of every file of the tiny checkpoint, as built here (``checksums.json``)."""
     return packaged_checksums("omni_qwen_image")
+
+
+def _build_tiny_edit(out: Path) -> None:
+    from omni_qwen_image.kind import require_diffusers
+
+    require_diffusers(f"model '{TINY_EDIT_MODEL}'")
+    from omni_qwen_image.build_edit import build_edit
+
+    build_edit(out)
 
 
 def _build_tiny(out: Path) -> None:
@@ -48,7 +61,16 @@ def omni_register_models() -> Iterable[ModelSpec]:
             committed_checksums(),
             "Qwen-Image architecture at tiny sizes (Qwen2.5-VL text encoder + its Qwen2 export "
             "for vLLM, MMDiT, VAE, scheduler), random weights from a fixed seed, ~13 MB",
-        )
+        ),
+        ModelSpec(
+            TINY_EDIT_MODEL,
+            _build_tiny_edit,
+            TINY_EDIT_VERSION,
+            packaged_checksums("omni_qwen_image", EDIT_CHECKSUMS),
+            "Qwen-Image-Edit architecture at tiny sizes (tiny-qwen-image's components, a "
+            "tokenizer with Edit's 64-token prefix, a Qwen2VLProcessor, the whole VL encoder "
+            "for vLLM), random weights from a fixed seed, ~14 MB",
+        ),
     ]
 
 
@@ -89,13 +111,24 @@ def omni_register_pipelines() -> Iterable[PipelineSpec]:
 
         return qwen_image_pipeline(host)
 
+    def load_edit(host: PluginHost) -> PipelineConfig:
+        from omni_qwen_image.pipelines import qwen_image_edit_pipeline
+
+        return qwen_image_edit_pipeline(host)
+
     return [
         PipelineSpec(
             "qwen-image",
             load,
             "Qwen-Image (tiny-qwen-image): text encoder on vLLM pooling -> MMDiT + VAE "
             "(diffusers), a PNG; guidance through omni-cfg",
-        )
+        ),
+        PipelineSpec(
+            "qwen-image-edit",
+            load_edit,
+            "Qwen-Image-Edit (tiny-qwen-image-edit): prompt + input image -> VL encoder on vLLM "
+            "pooling -> MMDiT + VAE (diffusers), a PNG; guidance through omni-cfg",
+        ),
     ]
 
 
@@ -105,12 +138,22 @@ def omni_admit_request(
 ) -> Admission | None:
     """Refuse, before anything is allocated, a request whose options a ``diffusers`` stage it
     needs would refuse: a bad field, or an image past the stage's ``max_side``/``max_pixels``
-    (one 400 naming the field and the limit; the replica checks again)."""
+    (one 400 naming the field and the limit; the replica checks again); and, for an edit
+    pipeline (a pooling encoder whose template holds an image placeholder), a prompt without
+    exactly one RGB input image."""
     from omni_core import RequestError, RequestRejected
     from omni_qwen_image.kind import DiffusersArgs, checked_options
 
     for sid in sorted(request.needed):
         stage = port.pipeline.stages[sid]
+        pooling = getattr(stage.args, "pooling", None) if stage.kind.name == "vllm" else None
+        if pooling is not None and IMAGE_PLACEHOLDER in (pooling.template or ""):
+            from omni_qwen_image.edit import check_input_image
+
+            try:
+                check_input_image(request.prompt, stage.name)
+            except RequestError as exc:
+                raise RequestRejected(400, str(exc)) from None
         if stage.kind.name != "diffusers" or not isinstance(stage.args, DiffusersArgs):
             continue
         try:
