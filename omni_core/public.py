@@ -239,7 +239,16 @@ FAMILY_AUTHORS = Tier(
             ),
             **_from("omni_core.family.audio", "audio_streamed"),
             **_from("omni_core.family.decode", "Decoding", "batch_cache", "take_rows"),
-            **_from("omni_core.family.windows", "causal_piece", "causal_stream", "exact_context"),
+            **_from(
+                "omni_core.family.windows",
+                "causal_piece",
+                "causal_stream",
+                "exact_context",
+                "context_window",
+                "crossfade",
+                "receptive_field",
+                "padded_render",
+            ),
         },
         "omni_core.family.compat": _from(
             "omni_core.family.compat",

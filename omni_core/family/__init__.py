@@ -15,7 +15,8 @@ stages and pipelines) builds on, the manifest's model-family tier (:mod:`omni_co
   (:class:`Decoding`: what they read of a request);
 * audio options: :func:`audio_streamed`;
 * streaming vocoder windows: :func:`causal_piece`, :func:`causal_stream`,
-  :func:`exact_context`.
+  :func:`exact_context` (causal), :func:`context_window`, :func:`crossfade`,
+  :func:`receptive_field`, :func:`padded_render` (left/right context, cross-fade, padding).
 
 Its parity harness lives in the testing kit (:mod:`omni_core.testing.parity`). Importing this
 module imports none of the names (no torch, no transformers) until one is used.
@@ -64,7 +65,11 @@ if TYPE_CHECKING:
     from omni_core.family.windows import (
         causal_piece,
         causal_stream,
+        context_window,
+        crossfade,
         exact_context,
+        padded_render,
+        receptive_field,
     )
 
 __getattr__, __dir__ = lazy_exports(__name__, globals())

@@ -13,8 +13,12 @@ not give yet). The pieces concatenate to exactly the whole decode's length, and
   it with the parity harness (:func:`omni_core.testing.parity.check_bounded`), which also shows
   that the bound is not vacuous.
 
-A non-causal vocoder with right context, a cross-fade and receptive-field padding (omni-qwen's
-token2wav) keeps its own windows; these are the causal case, which needs none of them.
+A non-causal decoder (omni-qwen's token2wav: a DiT, then a convolutional vocoder) streams with
+windows of left **and** right context (:func:`context_window`), a linear **cross-fade** over the
+seam with the previous window's prediction of the same frames (:func:`crossfade`), and a
+convolutional vocoder rendered with **receptive-field padding** on both sides
+(:func:`receptive_field` measures it; :func:`padded_render` uses it), which makes the
+vocoder's part exact given the same features; the bounded error is the windowed decoder's.
 """
 
 from __future__ import annotations
@@ -22,7 +26,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["causal_piece", "causal_stream", "exact_context"]
+__all__ = [
+    "causal_piece",
+    "causal_stream",
+    "context_window",
+    "crossfade",
+    "exact_context",
+    "padded_render",
+    "receptive_field",
+]
 
 
 def causal_piece(
@@ -67,3 +79,61 @@ def exact_context(layers: int, window: int, conv_frames: int = 0) -> int:
     sliding-window attention layers of ``window`` frames reaches ``layers * (window - 1)``
     frames back, plus ``conv_frames`` the convolutions add."""
     return layers * (window - 1) + conv_frames
+
+
+def context_window(
+    start: int, chunk: int, left: int, right: int, frames: int
+) -> tuple[int, int, int]:
+    """``(lo, end, hi)``: the chunk ``[start, end)`` of up to ``chunk`` frames and the window
+    ``[lo, hi)`` decoded for it, ``left`` frames before and ``right`` after, clipped to the
+    ``frames`` known."""
+    end = min(frames, start + chunk)
+    return max(0, start - left), end, min(frames, end + right)
+
+
+def crossfade(tail: Any, core: Any) -> Any:
+    """``core`` (``[..., frames]``, a tensor, changed in place and returned) with its first
+    ``k = min(len(tail), len(core))`` frames blended linearly from ``tail`` (the previous
+    window's prediction of them) to its own: weights ``(i + 0.5) / k`` for ``core``."""
+    import torch
+
+    k = min(tail.shape[-1], core.shape[-1])
+    ramp = (torch.arange(k, dtype=core.dtype) + 0.5) / k
+    core[..., :k] = tail[..., :k] * (1 - ramp) + core[..., :k] * ramp
+    return core
+
+
+def receptive_field(
+    vocoder: Callable[[Any], Any], channels: int, hop: int, frames: int = 160
+) -> int:
+    """A convolutional vocoder's receptive radius in input frames, measured: one frame poked in
+    the middle of a random input changes the output this far on either side (elsewhere it is
+    bitwise equal), plus one frame of margin. ``hop``: output samples per input frame (the
+    output read flat)."""
+    import torch
+
+    gen = torch.Generator().manual_seed(0)
+    features = torch.randn([1, channels, frames], generator=gen) * 2 - 5
+    poked = features.clone()
+    poked[..., frames // 2] = torch.randn([channels], generator=gen) * 2 - 5
+    with torch.inference_mode():
+        diff = torch.nonzero((vocoder(features) != vocoder(poked)).reshape(-1)).flatten()
+    if diff.numel() == 0:
+        return 0
+    left = frames // 2 - int(diff.min()) // hop
+    right = int(diff.max()) // hop - frames // 2
+    return max(left, right) + 1
+
+
+def padded_render(
+    vocoder: Callable[[Any], Any], features: Any, start: int, end: int, pad: int, hop: int
+) -> Any:
+    """The output samples of frames ``[start, end)`` of ``features`` (``[1, channels, F]``, the
+    frames known so far), rendered with up to ``pad`` frames on each side: equal to the whole
+    render's samples (float rounding) once ``pad`` >= :func:`receptive_field`. Flat, as rendered."""
+    import torch
+
+    lo, hi = max(0, start - pad), min(features.shape[-1], end + pad)
+    with torch.inference_mode():
+        out = vocoder(features[..., lo:hi]).reshape(-1)
+    return out[(start - lo) * hop : (end - lo) * hop]

@@ -14,10 +14,14 @@ from omni_core.family import (
     audio_streamed,
     causal_piece,
     causal_stream,
+    context_window,
     corpus,
+    crossfade,
     exact_context,
     lazy,
     lazy_pipeline,
+    padded_render,
+    receptive_field,
     require_consistent,
     shrink,
     tiny_model,
@@ -213,3 +217,36 @@ def test_top_k_oracle_ranks_the_logits_after_the_forced_prefix():
     oracle = top_k_oracle(forward, inputs, 3)
     assert oracle(1, [4, 9, 9]) == [1, 3, 5]
     assert seen == [([[7, 8, 4]], "px")]  # the prompt plus the prefix up to the position
+
+
+def test_context_window_clips_to_the_frames_known():
+    assert context_window(8, 4, 3, 2, 100) == (5, 12, 14)
+    assert context_window(0, 4, 3, 2, 100) == (0, 4, 6)
+    assert context_window(8, 4, 3, 2, 10) == (5, 10, 10)
+
+
+def test_crossfade_blends_from_the_tail_to_the_core():
+    torch = pytest.importorskip("torch")
+    core = torch.ones(1, 1, 6)
+    out = crossfade(torch.zeros(1, 1, 4), core)
+    assert out is core
+    assert out[0, 0].tolist() == pytest.approx([0.125, 0.375, 0.625, 0.875, 1.0, 1.0])
+
+
+def test_padded_render_equals_the_whole_render_from_the_measured_receptive_field():
+    torch = pytest.importorskip("torch")
+    conv = torch.nn.Conv1d(3, 2, kernel_size=7, padding=3)  # 3 frames each side, 2 samples each
+    torch.nn.init.normal_(conv.weight, generator=torch.Generator().manual_seed(1))
+
+    def vocoder(x):
+        return conv(x).transpose(1, 2).reshape(1, -1)  # hop 2: [1, frames * 2]
+
+    pad = receptive_field(vocoder, 3, hop=2, frames=40)
+    assert pad == 4  # radius 3 plus the margin
+    x = torch.randn(1, 3, 30, generator=torch.Generator().manual_seed(2))
+    with torch.inference_mode():
+        whole = vocoder(x).reshape(-1)
+    piece = padded_render(vocoder, x, 10, 20, pad, 2)
+    assert torch.equal(piece, whole[20:40])
+    short = padded_render(vocoder, x, 10, 20, 1, 2)
+    check_bounded(piece, whole[20:40], 1e-6, off=short, what="padded render")

@@ -38,6 +38,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from omni_core import ConfigError
+from omni_core.family import context_window, crossfade, padded_render
+from omni_core.family import receptive_field as family_receptive_field
 
 logger = logging.getLogger(__name__)
 
@@ -120,22 +122,9 @@ def check_alignment(opts: StreamOptions, block_codes: int) -> None:
 
 
 def receptive_field(vocoder: Any, mel_dim: int) -> int:
-    """BigVGAN's receptive radius in mel frames: a frame perturbed in the middle of a random mel
-    changes the waveform this far on either side (convolutions: bitwise equal elsewhere)."""
-    import torch
-
-    frames = 160
-    gen = torch.Generator().manual_seed(0)
-    mel = torch.randn([1, mel_dim, frames], generator=gen) * 2 - 5
-    poked = mel.clone()
-    poked[..., frames // 2] = torch.randn([mel_dim], generator=gen) * 2 - 5
-    with torch.inference_mode():
-        diff = torch.nonzero(vocoder(mel) != vocoder(poked)).flatten()
-    if diff.numel() == 0:
-        return 0
-    left = frames // 2 - int(diff.min()) // HOP
-    right = int(diff.max()) // HOP - frames // 2
-    return max(left, right) + 1  # one frame of margin
+    """BigVGAN's receptive radius in mel frames (the kit's measurement,
+    :func:`omni_core.family.receptive_field`)."""
+    return family_receptive_field(vocoder, mel_dim, HOP)
 
 
 class ChunkSynth:
@@ -212,10 +201,8 @@ class ChunkSynth:
     def wave(self, mel: Any, start: int, end: int) -> Any:
         """The waveform of mel frames ``[start, end)`` of ``mel`` ([1, mel_dim, F], the frames
         known so far), rendered with up to ``pad`` frames on each side (float32 numpy)."""
-        lo, hi = max(0, start - self.pad), min(mel.shape[-1], end + self.pad)
-        with self.torch.inference_mode():
-            out = self.vocoder(mel[..., lo:hi]).reshape(-1)
-        return out[(start - lo) * HOP : (end - lo) * HOP].to(self.torch.float32).numpy()
+        out = padded_render(self.vocoder, mel, start, end, self.pad, HOP)
+        return out.to(self.torch.float32).numpy()
 
 
 @dataclass
@@ -267,16 +254,13 @@ class StreamDecoder:
             st.voiced = n * rep
             return wave, True
         chunk, right = opts.sizes(start)
-        end = min(n, start + chunk)
-        lo, hi = max(0, start - opts.left_context), min(n, end + right)
+        lo, end, hi = context_window(start, chunk, opts.left_context, right, n)
         noise = torch.cat(st.noise, dim=1)[:, lo * rep : hi * rep]
         steps = opts.first_steps if start == 0 else None  # the first window's own ODE, if set
         window = synth.mel(codes[lo:hi], noise, self.speaker, steps)
         core = window[..., (start - lo) * rep : (end - lo) * rep].clone()
         if st.tail is not None:  # blend the seam with the previous chunk's prediction
-            k = min(st.tail.shape[-1], core.shape[-1])
-            ramp = (torch.arange(k, dtype=core.dtype) + 0.5) / k
-            core[..., :k] = st.tail[..., :k] * (1 - ramp) + core[..., :k] * ramp
+            crossfade(st.tail, core)
         fade = min(opts.crossfade, hi - end) * rep
         st.tail = window[..., (end - lo) * rep : (end - lo) * rep + fade] if fade else None
         st.mel = core if st.mel is None else torch.cat([st.mel, core], dim=-1)
