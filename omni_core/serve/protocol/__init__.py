@@ -27,7 +27,7 @@ from omni_core.serve.protocol.chat import (
     StageSampling,
 )
 from omni_core.serve.protocol.completions import CompletionRequest
-from omni_core.serve.protocol.images import ImageRequest
+from omni_core.serve.protocol.images import ImageEditRequest, ImageRequest
 
 __all__ = [
     "IGNORED",
@@ -37,6 +37,7 @@ __all__ = [
     "AudioOptions",
     "ChatCompletionRequest",
     "CompletionRequest",
+    "ImageEditRequest",
     "ImageRequest",
     "JsonSchemaFormat",
     "ResponseFormat",

@@ -1,10 +1,11 @@
-"""``POST /v1/images/generations``'s body."""
+"""The bodies of ``POST /v1/images/generations`` (JSON) and ``POST /v1/images/edits`` (the
+fields of its multipart form; its image files are the route's)."""
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from omni_core.serve.errors import ApiError
 from omni_core.serve.protocol.base import _Body
@@ -16,6 +17,7 @@ class ImageRequest(_Body):
     n: int = Field(default=1, ge=1)
     size: str | None = None
     response_format: Literal["b64_json"] = "b64_json"
+    output_format: Literal["png", "jpeg", "webp"] = "png"
     seed: int | None = None
     num_inference_steps: int | None = Field(default=None, ge=1)
     extra: dict[str, Any] | None = None  # request-level params.extra (a plugin's options)
@@ -34,8 +36,9 @@ class ImageRequest(_Body):
         from omni_core.media import IMAGE_OPTIONS, image_options
 
         out: dict[str, Any] = dict(self.extra or {})
+        size = None if self.size == "auto" else self.size  # auto: the pipeline's own size
         try:
-            image = image_options(self.size, self.num_inference_steps)
+            image = image_options(size, self.num_inference_steps)
         except ValueError as exc:
             raise ApiError(400, str(exc), param="size") from None
         if image:
@@ -49,3 +52,20 @@ def _mapping(value: Any) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ApiError(400, f"extra: {value!r} is not an object", param="extra")
     return value
+
+
+class ImageEditRequest(ImageRequest):
+    """``POST /v1/images/edits``'s form fields (OpenAI's; ``image``, ``image[]`` and ``mask``
+    are file parts the route reads). ``extra`` arrives as a JSON string."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _extra_json(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("extra"), str):
+            import json
+
+            try:
+                data = {**data, "extra": json.loads(data["extra"])}
+            except ValueError:
+                raise ApiError(400, "extra: not a JSON object", param="extra") from None
+        return data
