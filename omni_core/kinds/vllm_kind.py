@@ -291,7 +291,12 @@ def vllm_renderer(stage: Any, args: VllmArgs, context: StageContext) -> Tokenize
         from omni_core.kinds.vllm_pooling import PoolingRenderer
 
         return PoolingRenderer(
-            stage.name, tokenizer, args.pooling.template, max_model_len=args.max_model_len
+            stage.name,
+            tokenizer,
+            args.pooling.template,
+            max_model_len=args.max_model_len,
+            media=args.engine.get("limit_mm_per_prompt"),
+            budget=MediaBudget.from_settings(context.settings),
         )
     return TokenizerRenderer(
         stage.name,

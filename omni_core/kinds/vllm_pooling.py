@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from omni_core.chat import ChatMessage, ChatOptions, RenderedPrompt, TokenizerRenderer, check_parts
+from omni_core.chat_media import MediaBudget
 from omni_core.errors import RequestError
 from omni_core.kinds.vllm_worker import VllmWorkerEngine
 from omni_core.outputs import HiddenStates, StageOutput
@@ -37,7 +38,10 @@ def apply_template(template: str | None, prompt: Any) -> Any:
 
 class PoolingRenderer(TokenizerRenderer):
     """A pooling stage's prompts stay text (the engine puts them into its template): a chat is
-    its messages' text joined by newlines, counted as the templated prompt's tokens."""
+    its messages' text joined by newlines, counted as the templated prompt's tokens. A stage
+    whose ``engine.limit_mm_per_prompt`` allows images or audio (a template with the
+    placeholder, e.g. an image editor's VL encoder) takes those parts too, decoded within the
+    media budget: the prompt is then ``{"prompt": text, "multi_modal_data": {...}}``."""
 
     def __init__(
         self,
@@ -46,14 +50,25 @@ class PoolingRenderer(TokenizerRenderer):
         template: str | None,
         *,
         max_model_len: int | None = None,
+        media: dict[str, int] | None = None,
+        budget: MediaBudget | None = None,
     ) -> None:
-        super().__init__(stage_name, tokenizer_path, max_model_len=max_model_len)
+        super().__init__(
+            stage_name, tokenizer_path, max_model_len=max_model_len, media=media, budget=budget
+        )
         self.template = template
 
     def render_chat(self, messages: list[ChatMessage], options: ChatOptions) -> RenderedPrompt:
         check_parts(messages, self)
+        media: dict[str, list[Any]] = {}
+        if self.media:
+            for i, message in enumerate(messages):
+                self._parts(i, message, media)  # decodes and counts the media parts
         rendered = self.encode("\n".join(m.text() for m in messages))
-        return RenderedPrompt(rendered.prompt, rendered.text, rendered.num_tokens, tuple(messages))
+        prompt: Any = rendered.prompt
+        if media:
+            prompt = {"prompt": rendered.prompt, "multi_modal_data": media}
+        return RenderedPrompt(prompt, rendered.text, rendered.num_tokens, tuple(messages))
 
     def encode(self, text: str, add_special_tokens: bool = True) -> RenderedPrompt:
         templated = apply_template(self.template, text)

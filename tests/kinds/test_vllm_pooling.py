@@ -150,3 +150,36 @@ def test_pooling_config_is_checked():
         VllmArgs.model_validate({**stage_args(), "hidden_states": {"layers": ["final"]}})
     args = VllmArgs.model_validate(stage_args(layer=-1, drop_prefix=3))
     assert args.pooling is not None and args.pooling.layer == "final"
+
+
+def test_a_pooling_renderer_allowing_images_sends_them_as_multi_modal_data(settings):
+    """With ``engine.limit_mm_per_prompt`` allowing an image, a chat's image part is decoded
+    (within the media budget) into the prompt's ``multi_modal_data``; without, it is refused."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    from omni_core.chat import ChatMessage, ChatOptions
+    from omni_core.errors import RequestError
+    from omni_core.kinds.vllm_pooling import PoolingRenderer
+
+    path = ensure_model("tiny-thinker", settings.cache_dir)
+    png = io.BytesIO()
+    Image.new("RGB", (8, 6), (255, 0, 0)).save(png, format="PNG")
+    url = "data:image/png;base64," + base64.b64encode(png.getvalue()).decode()
+    content = [
+        {"type": "text", "text": "make it red"},
+        {"type": "image_url", "image_url": {"url": url}},
+    ]
+    chat = [ChatMessage.model_validate({"role": "user", "content": content})]
+    rendered = PoolingRenderer("enc", path, TEMPLATE, media={"image": 1}).render_chat(
+        chat, ChatOptions()
+    )
+    assert rendered.prompt["prompt"] == "make it red"
+    (image,) = rendered.prompt["multi_modal_data"]["image"]
+    assert image.size == (8, 6) and image.getpixel((0, 0)) == (255, 0, 0)
+    with pytest.raises(
+        RequestError, match=r"messages\[0\]\.content\[1\]: content part 'image_url'"
+    ):
+        PoolingRenderer("enc", path, TEMPLATE).render_chat(chat, ChatOptions())

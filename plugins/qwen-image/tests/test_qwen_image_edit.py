@@ -198,3 +198,29 @@ async def test_an_explicit_size_and_bad_inputs(engine):
         error = outputs[0].error
         assert error.status_code == 400 and error.type == "RequestRejected"
         assert error.message.startswith("multi_modal_data['image']: ") and words in error.message
+
+
+@pytest.mark.timeout(600)
+def test_omni_run_edits_the_image_file(qi_cache, tiny_qie, edit_pipe, tmp_path):
+    """``omni run qwen-image-edit --image in.png``: the first stage's renderer sends the file
+    as the prompt's ``multi_modal_data`` image; the PNG is the pipeline's edit for the seed."""
+    import os
+
+    from PIL import Image as PILImage
+
+    picture(2).save(tmp_path / "in.png")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OMNI_")}
+    env["OMNI_CACHE_DIR"] = str(qi_cache)
+    done = subprocess.run(
+        [sys.executable, "-m", "omni_core.cli", "run", "qwen-image-edit"]
+        + ["--image", str(tmp_path / "in.png"), "--prompt", "make it red", "--seed", str(SEED)]
+        + ["-o", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    (path,) = (tmp_path / "out").glob("*.png")
+    got = np.asarray(PILImage.open(path).convert("RGB"))
+    assert diff(got, reference(edit_pipe, "make it red", picture(2))) <= 1
