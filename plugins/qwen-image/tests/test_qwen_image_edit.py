@@ -211,10 +211,10 @@ def test_omni_run_edits_the_image_file(qi_cache, tiny_qie, edit_pipe, tmp_path):
     picture(2).save(tmp_path / "in.png")
     env = {k: v for k, v in os.environ.items() if not k.startswith("OMNI_")}
     env["OMNI_CACHE_DIR"] = str(qi_cache)
+    flags = ["--image", str(tmp_path / "in.png"), "--prompt", "make it red", "--seed", str(SEED)]
+    flags += ["-o", str(tmp_path / "out")]
     done = subprocess.run(
-        [sys.executable, "-m", "omni_core.cli", "run", "qwen-image-edit"]
-        + ["--image", str(tmp_path / "in.png"), "--prompt", "make it red", "--seed", str(SEED)]
-        + ["-o", str(tmp_path / "out")],
+        [sys.executable, "-m", "omni_core.cli", "run", "qwen-image-edit", *flags],
         capture_output=True,
         text=True,
         env=env,
