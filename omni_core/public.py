@@ -227,6 +227,7 @@ FAMILY_AUTHORS = Tier(
                 "quiet_transformers",
                 "whisper_features",
                 "omni_chat_template",
+                "omni_processor",
                 "write_checkpoint",
             ),
             **_from(
@@ -296,6 +297,8 @@ TESTING = Tier(
             "check_bounded",
             "collect_outputs",
             "greedy_top_k",
+            "GreedyParity",
+            "family_fixtures",
             "pipeline_engine",
             "top_k_oracle",
             "rebuild_in_fresh_process",

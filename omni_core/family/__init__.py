@@ -6,9 +6,8 @@ stages and pipelines) builds on, the manifest's model-family tier (:mod:`omni_co
 * registration: :func:`tiny_model`, :func:`lazy_pipeline`, :func:`lazy`;
 * the tiny-checkpoint toolkit: :func:`corpus`, :func:`bpe_tokenizer`, :func:`shrink`,
   :func:`require_consistent`, :func:`redraw`, :func:`write_checkpoint`, :func:`checksums`,
-  :func:`quiet_transformers`,
-  :func:`whisper_features`, :func:`omni_chat_template`, and the torchvision compat shim
-  (:mod:`omni_core.family.compat`);
+  :func:`quiet_transformers`, :func:`whisper_features`, :func:`omni_chat_template`,
+  :func:`omni_processor`, and the torchvision compat shim (:mod:`omni_core.family.compat`);
 * checkpoint readers: :func:`local_checkpoint`, :func:`read_rows`, :func:`generation_config`,
   :func:`token_ids`, :class:`ImageGrid`;
 * batched autoregressive decode steps: :func:`batch_cache`, :func:`take_rows`
@@ -55,6 +54,7 @@ if TYPE_CHECKING:
         checksums,
         corpus,
         omni_chat_template,
+        omni_processor,
         quiet_transformers,
         redraw,
         require_consistent,

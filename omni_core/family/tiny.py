@@ -9,8 +9,8 @@ SHA-256 checksums).
 * :func:`redraw`: deterministic random weights (one seeded generator, registration order), and
   :func:`write_checkpoint`: the model built, re-drawn and saved;
 * :func:`checksums`: the SHA-256 of every file a build wrote (what ``checksums.json`` commits);
-* :func:`quiet_transformers`, :func:`whisper_features`, :func:`omni_chat_template`: the pieces
-  every omni builder repeats.
+* :func:`quiet_transformers`, :func:`whisper_features`, :func:`omni_chat_template`,
+  :func:`omni_processor`: the pieces every omni builder repeats.
 
 Importing this module imports no torch or transformers: each function imports what it uses.
 """
@@ -27,6 +27,7 @@ __all__ = [
     "checksums",
     "corpus",
     "omni_chat_template",
+    "omni_processor",
     "quiet_transformers",
     "redraw",
     "require_consistent",
@@ -199,6 +200,32 @@ def whisper_features() -> Any:
         chunk_length=300,
         n_fft=400,
         return_attention_mask=True,
+    )
+
+
+def omni_processor(
+    processor_class: Any,
+    tokenizer: Any,
+    chat_template: str,
+    image: Mapping[str, Any],
+    video: Mapping[str, Any],
+) -> Any:
+    """A Qwen omni processor (``processor_class``: ``Qwen2_5OmniProcessor``, ...) of a tiny
+    checkpoint: the PIL Qwen2-VL image processor with ``image`` sizes, the compat shim's stub
+    video processor with ``video`` sizes (no torchvision needed), :func:`whisper_features`,
+    ``tokenizer`` and ``chat_template``."""
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
+        Qwen2VLImageProcessorPil,
+    )
+
+    from omni_core.family.compat import stub_video_processor_class
+
+    return processor_class(
+        image_processor=Qwen2VLImageProcessorPil(**image),
+        video_processor=stub_video_processor_class()(**video),
+        feature_extractor=whisper_features(),
+        tokenizer=tokenizer,
+        chat_template=chat_template,
     )
 
 

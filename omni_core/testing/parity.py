@@ -3,6 +3,7 @@
 
 * :func:`built_model` (a pytest fixture, :class:`BuiltModels`): ``built_model(NAME)`` builds a
   registered model once per session into a session cache and returns its directory;
+* :func:`family_fixtures`: a family conftest's tiny-checkpoint, cache and reference fixtures;
 * :func:`rebuild_in_fresh_process` (a tiny checkpoint built again, checked against the committed
   checksums) and :func:`load_reference` (the reference library's processor and model);
 * :func:`check_exact`: ids or codes equal, else one error naming the first divergence;
@@ -11,7 +12,7 @@
 * :func:`pipeline_engine` (a registered pipeline's engine on the session cache),
   :func:`collect_outputs` / :func:`greedy_top_k` (a request's outputs on it) and
   :func:`top_k_oracle` (the reference's top-k at a position): the two sides of a greedy-text
-  comparison;
+  comparison, which :class:`GreedyParity` puts together;
 * :func:`check_bounded`: tensors within a stated tolerance, with a **sensitivity check**: a
   deliberately wrong output (``off``) must fall *outside* the tolerance, proving the bound is not
   vacuous (a tolerance that any output meets tests nothing).
@@ -30,12 +31,14 @@ import pytest
 
 __all__ = [
     "BuiltModels",
+    "GreedyParity",
     "ParityError",
     "built_model",
     "check_bounded",
     "check_exact",
     "check_ids_or_top_k",
     "collect_outputs",
+    "family_fixtures",
     "greedy_top_k",
     "load_reference",
     "pipeline_engine",
@@ -178,6 +181,41 @@ def top_k_oracle(forward: Callable[..., Any], inputs: Any, k: int) -> Callable[.
     return oracle
 
 
+class GreedyParity:
+    """A greedy-text parity check of one stage (``stage``, also the reference model's sub-model
+    of that name) against the reference library: ``greedy(reference, chat, new_tokens, **media)``
+    is the family's reference run, returning ``(rendered prompt, processor inputs, ids)``.
+
+    :meth:`reference` runs it and keeps a top-``k`` oracle; :meth:`run` runs a prompt on the
+    pipeline's engine; :meth:`check` compares them (:func:`check_ids_or_top_k`) and the prompt
+    ids exactly (the multimodal placeholders expanded alike)."""
+
+    def __init__(
+        self, greedy: Callable[..., Any], new_tokens: int, k: int, stage: str = "thinker"
+    ) -> None:
+        self.greedy, self.new_tokens, self.k, self.stage = greedy, new_tokens, k, stage
+
+    def reference(self, reference: Any, chat: Any, **media: Any) -> dict[str, Any]:
+        """``{"text", "prompt_ids", "ids", "top"}`` of the reference (``(processor, model)``)."""
+        text, inputs, ids = self.greedy(reference, chat, self.new_tokens, **media)
+        top = top_k_oracle(getattr(reference[1], self.stage), inputs, self.k)
+        prompt_ids = inputs["input_ids"][0].tolist()
+        return {"text": text, "prompt_ids": prompt_ids, "ids": ids, "top": top}
+
+    def run(self, engine: Any, prompt: Any) -> tuple[list[int], list[set[int]], list[Any]]:
+        """The pipeline's greedy ids, top-k sets and outputs (:func:`greedy_top_k`)."""
+        return greedy_top_k(engine, prompt, self.stage, self.new_tokens, self.k)
+
+    def check(self, ran: tuple[list[int], list[set[int]], list[Any]], ref: dict[str, Any]) -> None:
+        """The pipeline's run against :meth:`reference`: the same prompt ids, then greedy ids
+        equal or within each other's top-k at the first divergence."""
+        ids, tops, outs = ran
+        check_exact(list(outs[-1].payload.prompt_token_ids), ref["prompt_ids"], "prompt ids")
+        if not 0 < len(ids) <= self.new_tokens:
+            raise ParityError(f"{len(ids)} ids, not 1..{self.new_tokens}")
+        check_ids_or_top_k(ids, tops, ref["ids"], lambda i: ref["top"](i, ref["ids"]))
+
+
 def check_bounded(
     ours: Any, reference: Any, bound: float, *, off: Any = None, what: str = "tensor"
 ) -> float:
@@ -239,3 +277,35 @@ def built_model(tmp_path_factory: pytest.TempPathFactory) -> BuiltModels:
     (a family's tiny checkpoint), built once per test session into a session cache
     (``built_model.cache``)."""
     return BuiltModels(tmp_path_factory.mktemp("omni-cache"))
+
+
+def family_fixtures(
+    model: str, reference_model: str, reference_processor: str, names: tuple[str, str, str]
+) -> tuple[Any, Any, Any]:
+    """A family conftest's three session fixtures, named ``names``: the built tiny checkpoint
+    ``model`` (``built_model(model)``), the cache holding it (``built_model.cache``) and the
+    reference ``(processor, model)`` on it (:func:`load_reference` of ``"module:Class"`` names,
+    imported when first used)::
+
+        tiny_x, x_cache, hf_x = family_fixtures(
+            "tiny-x", "transformers:XForConditionalGeneration", "transformers:XProcessor",
+            names=("tiny_x", "x_cache", "hf_x"),
+        )
+    """
+    from omni_core.family.registration import lazy
+
+    tiny_name, cache_name, reference_name = names
+
+    @pytest.fixture(scope="session", name=tiny_name)
+    def tiny(built_model: BuiltModels) -> Path:
+        return built_model(model)
+
+    @pytest.fixture(scope="session", name=cache_name)
+    def cache(built_model: BuiltModels) -> Path:
+        return built_model.cache
+
+    def reference(request: pytest.FixtureRequest) -> tuple[Any, Any]:
+        checkpoint = request.getfixturevalue(tiny_name)
+        return load_reference(checkpoint, lazy(reference_model), lazy(reference_processor))
+
+    return tiny, cache, pytest.fixture(scope="session", name=reference_name)(reference)

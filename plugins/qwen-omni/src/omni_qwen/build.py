@@ -19,13 +19,13 @@ from omni_core.family import (
     bpe_tokenizer,
     corpus,
     omni_chat_template,
+    omni_processor,
     quiet_transformers,
     redraw,
     require_consistent,
-    whisper_features,
     write_checkpoint,
 )
-from omni_core.family.compat import install, stub_video_processor_class
+from omni_core.family.compat import install
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -277,24 +277,10 @@ def randomize(model: Any) -> None:
 
 def build_processor(tokenizer: Any) -> Any:
     from transformers import Qwen2_5OmniProcessor
-    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
-        Qwen2VLImageProcessorPil,
-    )
 
-    image = Qwen2VLImageProcessorPil(
-        min_pixels=56 * 56, max_pixels=64 * 28 * 28, patch_size=14, merge_size=2
-    )
-    video = stub_video_processor_class()(
-        size={"shortest_edge": 56 * 56, "longest_edge": 64 * 28 * 28}
-    )
-    features = whisper_features()
-    return Qwen2_5OmniProcessor(
-        image_processor=image,
-        video_processor=video,
-        feature_extractor=features,
-        tokenizer=tokenizer,
-        chat_template=CHAT_TEMPLATE,
-    )
+    image = {"min_pixels": 56 * 56, "max_pixels": 64 * 28 * 28, "patch_size": 14, "merge_size": 2}
+    video = {"size": {"shortest_edge": 56 * 56, "longest_edge": 64 * 28 * 28}}
+    return omni_processor(Qwen2_5OmniProcessor, tokenizer, CHAT_TEMPLATE, image, video)
 
 
 def speakers() -> dict[str, dict[str, Any]]:

@@ -18,13 +18,13 @@ from omni_core.family import (
     bpe_tokenizer,
     corpus,
     omni_chat_template,
+    omni_processor,
     quiet_transformers,
     redraw,
     require_consistent,
-    whisper_features,
     write_checkpoint,
 )
-from omni_core.family.compat import install, stub_video_processor_class
+from omni_core.family.compat import install
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -357,30 +357,18 @@ def randomize(model: Any) -> None:
 
 def build_processor(tokenizer: Any) -> Any:
     from transformers import Qwen3OmniMoeProcessor
-    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
-        Qwen2VLImageProcessorPil,
-    )
 
-    image = Qwen2VLImageProcessorPil(
-        patch_size=16,
-        merge_size=2,
-        temporal_patch_size=2,
-        min_pixels=64 * 64,
-        max_pixels=128 * 32 * 32,
-        image_mean=[0.5, 0.5, 0.5],
-        image_std=[0.5, 0.5, 0.5],
-    )
-    video = stub_video_processor_class()(
-        patch_size=16, size={"shortest_edge": 64 * 64, "longest_edge": 128 * 32 * 32}
-    )
-    features = whisper_features()
-    return Qwen3OmniMoeProcessor(
-        image_processor=image,
-        video_processor=video,
-        feature_extractor=features,
-        tokenizer=tokenizer,
-        chat_template=CHAT_TEMPLATE,
-    )
+    image = {
+        "patch_size": 16,
+        "merge_size": 2,
+        "temporal_patch_size": 2,
+        "min_pixels": 64 * 64,
+        "max_pixels": 128 * 32 * 32,
+        "image_mean": [0.5, 0.5, 0.5],
+        "image_std": [0.5, 0.5, 0.5],
+    }
+    video = {"patch_size": 16, "size": {"shortest_edge": 64 * 64, "longest_edge": 128 * 32 * 32}}
+    return omni_processor(Qwen3OmniMoeProcessor, tokenizer, CHAT_TEMPLATE, image, video)
 
 
 def build(out: Path) -> None:
