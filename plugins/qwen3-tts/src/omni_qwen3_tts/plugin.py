@@ -1,0 +1,49 @@
+"""The hook implementations omni-core loads (entry point ``qwen3-tts`` -> this module).
+
+Cheap to import: the builder, qwen-tts (librosa, numba) and torch load only when a model is built,
+a stage starts or ``omni serve`` mounts the speech route.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from omni_core.family import lazy_pipeline, tiny_model
+from omni_core.plugin import ModelSpec, PipelineSpec, hookimpl
+
+OMNI_PLUGIN_API_VERSION = 3
+
+TINY_MODEL = "tiny-qwen3-tts"
+TINY_VERSION = "v1"  # bump whenever the builder's output changes (a new cache directory)
+
+
+@hookimpl
+def omni_register_models() -> Iterable[ModelSpec]:
+    return [
+        tiny_model(
+            TINY_MODEL,
+            "omni_qwen3_tts.build:build",
+            TINY_VERSION,
+            package="omni_qwen3_tts",
+            description="Qwen3-TTS at tiny sizes: custom_voice/, voice_design/, base/ (talker + "
+            "code predictor, 12 Hz speech tokenizer), random weights from a fixed seed, ~18 MB",
+        )
+    ]
+
+
+@hookimpl
+def omni_register_pipelines() -> Iterable[PipelineSpec]:
+    return [
+        lazy_pipeline(
+            "qwen3-tts",
+            "omni_qwen3_tts.pipelines:tts_pipeline",
+            "Qwen3-TTS custom voice (tiny-qwen3-tts): talker + code predictor (batched) -> "
+            "12 Hz decoder (streamed); text in, 24 kHz speech out",
+        ),
+        lazy_pipeline(
+            "qwen3-tts-design",
+            "omni_qwen3_tts.pipelines:design_pipeline",
+            "Qwen3-TTS voice design (tiny-qwen3-tts): instructions describe the voice",
+        ),
+    ]
+
