@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from omni_core import ConfigError, RequestError
+from omni_core.errors import ConfigError, RequestError
 
 
 def local_checkpoint(model: str) -> Path:

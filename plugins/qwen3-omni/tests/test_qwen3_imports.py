@@ -7,6 +7,7 @@ import ast
 from pathlib import Path
 
 import omni_qwen3
+import pytest
 
 SRC = Path(omni_qwen3.__file__).parent
 PUBLIC = {"omni_qwen.api", "omni_qwen.compat"}
@@ -48,3 +49,11 @@ def test_the_check_sees_a_private_import(tmp_path):
         "import omni_qwen.talker_batch\nfrom omni_core.family import redraw\n"
     )
     assert private_imports(module) == ["m.py:2: omni_qwen.build", "m.py:3: omni_qwen.talker_batch"]
+
+
+def test_every_name_of_omni_qwens_declared_api_imports():
+    import omni_qwen.api as api
+
+    assert api.__all__ and all(getattr(api, name) is not None for name in api.__all__)
+    with pytest.raises(AttributeError, match="build"):
+        api.build  # noqa: B018  (a private module is not part of it)
