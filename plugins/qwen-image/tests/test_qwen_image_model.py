@@ -19,8 +19,12 @@ def test_rebuild_in_a_fresh_process_is_byte_identical_to_the_committed_checksums
     code = (
         "import json\n"
         "from pathlib import Path\n"
+        "from omni_core import OmniSettings\n"
         "from omni_core.models import ensure_model, tree_hashes\n"
-        f"print(json.dumps(tree_hashes(ensure_model({TINY_MODEL!r}, Path({str(tmp_path)!r})))))\n"
+        "from omni_core.plugin.hooks import PluginHost\n"
+        "host = PluginHost.create(OmniSettings())\n"
+        f"path = ensure_model({TINY_MODEL!r}, Path({str(tmp_path)!r}), host)\n"
+        "print(json.dumps(tree_hashes(path)))\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300
