@@ -6,7 +6,11 @@ omni-qwen is private: it may change without notice.
   :func:`thinker_engine_args` (a Qwen omni thinker on vLLM, the talker and vocoder stages);
 * bridges: :func:`thinker_chunk` (thinker outputs -> a talker's input), :func:`talker_codes`
   (talker frames -> a vocoder's input);
-* the speech benchmark's measurement: :class:`Speech`, :func:`level`, :func:`pct`.
+* the speech benchmark's measurement: :class:`Speech`, :func:`level`, :func:`pct`;
+* the tiny Qwen omni recipe (:mod:`omni_qwen.build`): the vocabulary layout (:data:`SEED`,
+  :data:`BPE_VOCAB`, :data:`VOCAB`, :data:`CHATML_TOKENS`, :data:`CODE_TOKENS`), the corpus'
+  :data:`ENGLISH_WORDS`, :func:`qwen_tokenizer`, the thinker's encoders at tiny sizes
+  (:data:`TINY_AUDIO`, :data:`TINY_VISION`) and its weight scales (:data:`THINKER_SCALES`).
 
 Imported lazily (PEP 562): importing this module imports none of them.
 """
@@ -29,6 +33,21 @@ _HOMES = {
     "Speech": "omni_qwen.speech_bench",
     "level": "omni_qwen.speech_bench",
     "pct": "omni_qwen.speech_bench",
+    **dict.fromkeys(
+        (
+            "SEED",
+            "BPE_VOCAB",
+            "VOCAB",
+            "CHATML_TOKENS",
+            "CODE_TOKENS",
+            "ENGLISH_WORDS",
+            "qwen_tokenizer",
+            "TINY_AUDIO",
+            "TINY_VISION",
+            "THINKER_SCALES",
+        ),
+        "omni_qwen.build",
+    ),
 }
 __all__ = sorted(_HOMES)
 

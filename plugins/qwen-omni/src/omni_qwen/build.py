@@ -33,11 +33,21 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 SEED = 1234
 BPE_VOCAB = 4000  # trained entries; the special tokens follow at 4000.., fillers up to VOCAB
 VOCAB = 4096  # thinker vocab == len(tokenizer): every id a random model samples detokenizes
+# The Qwen2 vocabulary's added tokens both omni families keep (real ids 151643.. for ChatML).
+CHATML_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+CODE_TOKENS = (
+    "<tool_call>",
+    "</tool_call>",
+    "<|fim_prefix|>",
+    "<|fim_middle|>",
+    "<|fim_suffix|>",
+    "<|fim_pad|>",
+    "<|repo_name|>",
+    "<|file_sep|>",
+)
 # Qwen2.5-Omni's added tokens, in the real order (real ids 151643..; here 4000..).
 SPECIAL_TOKENS = (
-    "<|endoftext|>",
-    "<|im_start|>",
-    "<|im_end|>",
+    *CHATML_TOKENS,
     "<|AUDIO|>",
     "<|audio_bos|>",
     "<|audio_eos|>",
@@ -49,14 +59,7 @@ SPECIAL_TOKENS = (
     "<|vision_pad|>",
     "<|IMAGE|>",
     "<|VIDEO|>",
-    "<tool_call>",
-    "</tool_call>",
-    "<|fim_prefix|>",
-    "<|fim_middle|>",
-    "<|fim_suffix|>",
-    "<|fim_pad|>",
-    "<|repo_name|>",
-    "<|file_sep|>",
+    *CODE_TOKENS,
 )
 TTS_TOKENS = ("<|tts_pad|>", "<|tts_bos|>", "<|tts_eos|>")
 SPEAKERS = ("Chelsie", "Ethan")
@@ -83,16 +86,22 @@ CHAT_TEMPLATE = omni_chat_template(
     SYSTEM_PROMPT,
 )
 
-_WORDS = (
+# Common English words, the start of both omni families' tokenizer corpora.
+ENGLISH_WORDS = (
     "the a an of to and in is it you that he was for on are with as his they be at one have "
     "this from or had by hot word but what some we can out other were all there when up use "
     "your how said each she which do their time if will way about many then them write would "
     "like so these her long make thing see him two has look more day could go come did number "
-    "sound no most people my over know water than call first who may down side been now find "
-    "hello world audio image video voice speech music picture listen hear see speak answer "
-    "question tell describe what colour color sound tone sine wave frequency hertz second "
-    "assistant user system model tiny random omni qwen thinker talker token wav"
 ).split()
+_WORDS = [
+    *ENGLISH_WORDS,
+    *(
+        "sound no most people my over know water than call first who may down side been now find "
+        "hello world audio image video voice speech music picture listen hear see speak answer "
+        "question tell describe what colour color sound tone sine wave frequency hertz second "
+        "assistant user system model tiny random omni qwen thinker talker token wav"
+    ).split(),
+]
 
 
 def build_tokenizer() -> Any:
@@ -105,9 +114,43 @@ def build_tokenizer() -> Any:
         "vision_bos_token": "<|vision_bos|>",
         "vision_eos_token": "<|vision_eos|>",
     }
-    lines = corpus(_WORDS, seed=20251203)
-    added = SPECIAL_TOKENS + TTS_TOKENS + SPEAKER_TOKENS
-    return bpe_tokenizer(lines, added, extra, BPE_VOCAB, VOCAB)
+    return qwen_tokenizer(_WORDS, 20251203, SPECIAL_TOKENS + TTS_TOKENS + SPEAKER_TOKENS, extra)
+
+
+def qwen_tokenizer(
+    words: list[str], seed: int, added: tuple[str, ...], extra: dict[str, str]
+) -> Any:
+    """A Qwen omni family's tiny tokenizer: the kit's BPE of :data:`BPE_VOCAB` entries on the
+    kit's corpus of ``words`` (``seed``), ``added`` from id :data:`BPE_VOCAB` on, :data:`VOCAB`
+    tokens in all (also omni-qwen3's, through :mod:`omni_qwen.api`)."""
+    return bpe_tokenizer(corpus(words, seed=seed), added, extra, BPE_VOCAB, VOCAB)
+
+
+# The thinker's encoders at tiny sizes (both omni families; each adds its own keys).
+TINY_AUDIO = {
+    "d_model": 32,
+    "encoder_layers": 2,
+    "encoder_attention_heads": 4,
+    "encoder_ffn_dim": 64,
+    "num_mel_bins": 128,
+    "output_dim": 128,
+}
+TINY_VISION = {
+    "depth": 2,
+    "hidden_size": 64,
+    "num_heads": 2,
+    "intermediate_size": 128,
+    "spatial_merge_size": 2,
+    "temporal_patch_size": 2,
+    "out_hidden_size": 128,
+}
+# redraw()'s scales of the thinker: greedy output depends on the prompt at these.
+THINKER_SCALES = (
+    ("thinker.lm_head.", 0.4),
+    ("thinker.model.", 0.2),
+    ("thinker.audio_tower.", 0.1),
+    ("thinker.visual.", 0.1),
+)
 
 
 def build_config(user_token_id: int) -> Any:
@@ -140,27 +183,12 @@ def build_config(user_token_id: int) -> Any:
             "eos_token_id": token_id("<|im_end|>"),
             "pad_token_id": token_id("<|endoftext|>"),
         },
-        "audio_config": {
-            "d_model": 32,
-            "encoder_layers": 2,
-            "encoder_attention_heads": 4,
-            "encoder_ffn_dim": 64,
-            "num_mel_bins": 128,
-            "n_window": 100,
-            "max_source_positions": 1500,
-            "output_dim": 128,
-        },
+        "audio_config": {**TINY_AUDIO, "n_window": 100, "max_source_positions": 1500},
         "vision_config": {
-            "depth": 2,
-            "hidden_size": 64,
-            "num_heads": 2,
-            "intermediate_size": 128,
+            **TINY_VISION,
             "patch_size": 14,
-            "spatial_merge_size": 2,
-            "temporal_patch_size": 2,
             "window_size": 112,
             "fullatt_block_indexes": [1],
-            "out_hidden_size": 128,
         },
         "user_token_id": user_token_id,
         "tie_word_embeddings": False,
@@ -261,13 +289,7 @@ def randomize(model: Any) -> None:
     prompt (with the default std 0.02 it falls into a short cycle at once)."""
     import torch
 
-    scales = (
-        ("thinker.lm_head.", 0.4),
-        ("thinker.model.", 0.2),
-        ("thinker.audio_tower.", 0.1),
-        ("thinker.visual.", 0.1),
-    )
-    redraw(model, scales, SEED)
+    redraw(model, THINKER_SCALES, SEED)
     with torch.no_grad():
         model.talker.codec_head.weight.mul_(10.0)
         # BigVGAN's last layer (conv_post: linear, no bias, then a clamp to [-1, 1]) scaled so the

@@ -14,9 +14,20 @@ import os
 from pathlib import Path
 from typing import Any
 
+from omni_qwen.api import (
+    BPE_VOCAB,
+    CHATML_TOKENS,
+    CODE_TOKENS,
+    ENGLISH_WORDS,
+    SEED,
+    THINKER_SCALES,
+    TINY_AUDIO,
+    TINY_VISION,
+    VOCAB,
+    qwen_tokenizer,
+)
+
 from omni_core.family import (
-    bpe_tokenizer,
-    corpus,
     omni_chat_template,
     omni_processor,
     quiet_transformers,
@@ -29,14 +40,11 @@ from omni_core.family.compat import install
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-SEED = 1234
-BPE_VOCAB = 4000  # trained entries; the added tokens follow at 4000.., fillers up to VOCAB
-VOCAB = 4096  # thinker vocab == len(tokenizer)
+# omni-qwen's tiny vocabulary layout: BPE_VOCAB trained entries, the added tokens from there
+# on, fillers up to VOCAB (the thinker vocab == len(tokenizer)); SEED for every draw.
 # Qwen3-Omni's added tokens in the real order (real ids 151643.., here 4000..).
 SPECIAL_TOKENS = (
-    "<|endoftext|>",
-    "<|im_start|>",
-    "<|im_end|>",
+    *CHATML_TOKENS,
     "<|object_ref_start|>",
     "<|object_ref_end|>",
     "<|box_start|>",
@@ -48,14 +56,7 @@ SPECIAL_TOKENS = (
     "<|vision_pad|>",
     "<|image_pad|>",
     "<|video_pad|>",
-    "<tool_call>",
-    "</tool_call>",
-    "<|fim_prefix|>",
-    "<|fim_middle|>",
-    "<|fim_suffix|>",
-    "<|fim_pad|>",
-    "<|repo_name|>",
-    "<|file_sep|>",
+    *CODE_TOKENS,
     "<tool_response>",
     "</tool_response>",
     "<think>",
@@ -106,20 +107,19 @@ CHAT_TEMPLATE = omni_chat_template(
     "<|vision_start|><|video_pad|><|vision_end|>",
 )
 
-_WORDS = (
-    "the a an of to and in is it you that he was for on are with as his they be at one have "
-    "this from or had by hot word but what some we can out other were all there when up use "
-    "your how said each she which do their time if will way about many then them write would "
-    "like so these her long make thing see him two has look more day could go come did number "
-    "hello world audio image video voice speech music picture listen hear see speak answer "
-    "question tell describe colour sound tone sine wave second expert router mixture code "
-    "assistant user system model tiny random omni qwen thinker talker predictor codec wav"
-).split()
+_WORDS = [
+    *ENGLISH_WORDS,
+    *(
+        "hello world audio image video voice speech music picture listen hear see speak answer "
+        "question tell describe colour sound tone sine wave second expert router mixture code "
+        "assistant user system model tiny random omni qwen thinker talker predictor codec wav"
+    ).split(),
+]
 
 
 def build_tokenizer() -> Any:
-    """The kit's BPE tokenizer on this builder's corpus (its own words and seed) with the
-    Qwen3-Omni added tokens."""
+    """omni-qwen's tiny tokenizer recipe on this builder's corpus (its own words and seed) with
+    the Qwen3-Omni added tokens."""
     extra = {
         "audio_token": "<|audio_pad|>",
         "audio_bos_token": "<|audio_start|>",
@@ -129,7 +129,7 @@ def build_tokenizer() -> Any:
         "vision_bos_token": "<|vision_start|>",
         "vision_eos_token": "<|vision_end|>",
     }
-    return bpe_tokenizer(corpus(_WORDS, seed=20261204), SPECIAL_TOKENS, extra, BPE_VOCAB, VOCAB)
+    return qwen_tokenizer(_WORDS, 20261204, SPECIAL_TOKENS, extra)
 
 
 def _rope(head_dim: int) -> dict[str, Any]:
@@ -178,26 +178,15 @@ def build_config(tokenizer: Any) -> Any:
             "pad_token_id": token_id("<|endoftext|>"),
         },
         "audio_config": {
-            "d_model": 32,
-            "encoder_layers": 2,
-            "encoder_attention_heads": 4,
-            "encoder_ffn_dim": 64,
-            "num_mel_bins": 128,
+            **TINY_AUDIO,
             "downsample_hidden_size": 16,
             "n_window": 50,  # vLLM hard-codes 100-frame chunks (2 x n_window)
             "n_window_infer": 800,
-            "output_dim": 128,
         },
         "vision_config": {
-            "depth": 2,
-            "hidden_size": 64,
-            "num_heads": 2,
-            "intermediate_size": 128,
+            **TINY_VISION,
             "hidden_act": "gelu_pytorch_tanh",
             "patch_size": 16,
-            "spatial_merge_size": 2,
-            "temporal_patch_size": 2,
-            "out_hidden_size": 128,
             "num_position_embeddings": 64,  # an 8x8 grid
             "deepstack_visual_indexes": [0],
             # undeclared in transformers, read by vLLM:
@@ -340,15 +329,7 @@ def randomize(model: Any) -> None:
     output depends on the prompt; the last code2wav conv is scaled below the final clamp."""
     import torch
 
-    scales = (
-        ("thinker.lm_head.", 0.4),
-        ("thinker.model.", 0.2),
-        ("thinker.audio_tower.", 0.1),
-        ("thinker.visual.", 0.1),
-        ("talker.", 0.2),
-        ("code2wav.", 0.1),
-    )
-    redraw(model, scales, SEED)
+    redraw(model, (*THINKER_SCALES, ("talker.", 0.2), ("code2wav.", 0.1)), SEED)
     with torch.no_grad():
         last = model.code2wav.decoder[-1]
         weight = last.conv.weight if hasattr(last, "conv") else last.weight
