@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from omni_core.family import lazy_pipeline, tiny_model
-from omni_core.plugin import ModelSpec, PipelineSpec, hookimpl
+from omni_core.plugin import ModelSpec, PipelineSpec, ServerRoute, hookimpl
 
 OMNI_PLUGIN_API_VERSION = 3
 
@@ -47,3 +47,15 @@ def omni_register_pipelines() -> Iterable[PipelineSpec]:
         ),
     ]
 
+
+@hookimpl
+def omni_register_server_routes() -> Iterable[ServerRoute]:
+    from omni_qwen3_tts.speech import mount
+
+    return [
+        ServerRoute(
+            "qwen3-tts-speech",
+            mount,
+            "/v1/audio/speech (OpenAI's shape; audio or SSE streamed) and /v1/audio/voices",
+        )
+    ]
