@@ -102,6 +102,14 @@ class PoolingArgs(BaseModel):
         description="arrays up to this size ride in the output message; larger ones go through "
         "the data plane (shared memory locally, the object store on Ray)",
     )
+    image_area: int | None = Field(
+        default=None,
+        ge=32 * 32,
+        description="resize each input image (multi_modal_data['image']) to about this many "
+        "pixels before the model's processor: aspect ratio kept, sides rounded to multiples of "
+        "32, Lanczos (what Qwen-Image-Edit's pipeline does to its VL prompt's image); unset: "
+        "as sent",
+    )
 
     @field_validator("layer")
     @classmethod

@@ -12,6 +12,7 @@ and request-scoped errors are the generation stage's (:mod:`omni_core.kinds.vllm
 from __future__ import annotations
 
 import logging
+import math
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,34 @@ from omni_core.outputs import HiddenStates, StageOutput
 from omni_core.stage.worker import error_output, injected_fault
 
 logger = logging.getLogger(__name__)
+
+
+def resize_images(prompt: Any, area: int | None) -> Any:
+    """A prompt's ``multi_modal_data["image"]`` (one Pillow image or a list) resized to about
+    ``area`` pixels, aspect ratio kept, sides multiples of 32 (at least 32), Lanczos; anything
+    else as is."""
+    if area is None or not isinstance(prompt, dict):
+        return prompt
+    media = prompt.get("multi_modal_data")
+    if not isinstance(media, dict) or media.get("image") is None:
+        return prompt
+    images = media["image"]
+
+    def resized(image: Any) -> Any:
+        from PIL import Image
+
+        if not isinstance(image, Image.Image):
+            return image
+        ratio = image.width / image.height
+        width = math.sqrt(area * ratio)
+        size = (max(32, round(width / 32) * 32), max(32, round(width / ratio / 32) * 32))
+        return image.resize(size, resample=Image.Resampling.LANCZOS)
+
+    if isinstance(images, list | tuple):
+        images = [resized(image) for image in images]
+    else:
+        images = resized(images)
+    return {**prompt, "multi_modal_data": {**media, "image": images}}
 
 
 def apply_template(template: str | None, prompt: Any) -> Any:
@@ -90,6 +119,7 @@ class PoolingWorkerEngine(VllmWorkerEngine):
         self.drop = int(pooling["drop_prefix"])
         self.max_length: int | None = pooling["max_length"]
         self.inline = int(pooling["inline_bytes"])
+        self.image_area: int | None = pooling.get("image_area")
         self.plane = default_plane()
         self.with_payload = False
         self.hidden = None
@@ -121,7 +151,8 @@ class PoolingWorkerEngine(VllmWorkerEngine):
                 f"request {rid}: a pooling stage takes its whole prompt at once, not streamed "
                 "input (a stream edge into it)"
             )
-        prompt = self.va.to_prompt(apply_template(self.template, request.prompt))
+        prompt = resize_images(request.prompt, self.image_area)
+        prompt = self.va.to_prompt(apply_template(self.template, prompt))
         self._add_request(rid, prompt, self._params())
         fault = injected_fault(request.params)
         if fault == "add":

@@ -183,3 +183,21 @@ def test_a_pooling_renderer_allowing_images_sends_them_as_multi_modal_data(setti
         RequestError, match=r"messages\[0\]\.content\[1\]: content part 'image_url'"
     ):
         PoolingRenderer("enc", path, TEMPLATE).render_chat(chat, ChatOptions())
+
+
+def test_image_area_resizes_input_images_as_qwen_image_edit_does():
+    """``pooling.image_area``: each input image resized to about that many pixels, aspect ratio
+    kept, sides multiples of 32 (diffusers' ``calculate_dimensions``), before vLLM's processor."""
+    from PIL import Image
+
+    from omni_core.kinds.vllm_pooling import resize_images
+
+    wide, tall = Image.new("RGB", (200, 100)), Image.new("RGB", (40, 56))
+    prompt = {"prompt": "x", "multi_modal_data": {"image": wide}}
+    assert resize_images(prompt, 64 * 64)["multi_modal_data"]["image"].size == (96, 32)
+    assert resize_images(prompt, None) is prompt
+    both = resize_images({"prompt": "x", "multi_modal_data": {"image": [wide, tall]}}, 128 * 128)
+    assert [im.size for im in both["multi_modal_data"]["image"]] == [(192, 96), (96, 160)]
+    assert prompt["multi_modal_data"]["image"] is wide  # the request's prompt is left alone
+    with pytest.raises(ValidationError, match="image_area"):
+        VllmArgs.model_validate(stage_args(image_area=100))

@@ -8,8 +8,9 @@ prompt path gives the image tokens wrong M-RoPE positions. Here the reference's 
 output (``text_encoder(**processor(text, images), output_hidden_states=True)``, rows after the
 64-token prefix), for the image the pipeline resizes for its VL prompt, and the pipeline gets them
 with the input ``image`` (its VAE latents). diffusers' ``calculate_dimensions(1024*1024, r)`` is
-patched to the tiny area (the pipeline resizes to about 1 MP otherwise). A 32x32 input at a 32x32
-condition area is not resized, so the VL image vLLM sees is the pipeline's.
+patched to the tiny area (the pipeline resizes to about 1 MP otherwise). The encoder stage
+resizes the input the same way before vLLM's processor (``pooling.image_area``), the ``dit``
+stage for the VAE: a 56x40 input checks that path.
 """
 
 from __future__ import annotations
@@ -74,11 +75,11 @@ def engine(qi_cache, tiny_qie):
     engine.shutdown()
 
 
-def picture(seed: int) -> Any:
+def picture(seed: int, width: int = SIZE, height: int = SIZE) -> Any:
     from PIL import Image as PILImage
 
     rng = np.random.RandomState(seed)
-    return PILImage.fromarray((rng.rand(SIZE, SIZE, 3) * 255).astype(np.uint8))
+    return PILImage.fromarray((rng.rand(height, width, 3) * 255).astype(np.uint8))
 
 
 async def run(engine, prompt: str, image: Any, modality: str, **dit: Any) -> list[Any]:
@@ -114,7 +115,8 @@ def reference(pipe, prompt: str, image: Any, negative: str | None = None, own: b
     original = module.calculate_dimensions
     module.calculate_dimensions = lambda area, ratio: original(SIZE * SIZE, ratio)
     try:
-        vl_image = pipe.image_processor.resize(image, SIZE, SIZE)  # what __call__ does
+        width, height, _ = module.calculate_dimensions(0, image.width / image.height)
+        vl_image = pipe.image_processor.resize(image, height, width)  # what __call__ does
         kwargs: dict[str, Any] = {}
         if own:
             kwargs["prompt"] = prompt
@@ -163,7 +165,7 @@ async def test_encoder_states_equal_the_vl_encoder_with_correct_image_positions(
 
 
 async def test_unguided_and_guided_edits_equal_the_pipeline(engine, edit_pipe):
-    image, other = picture(0), picture(1)
+    image, other = picture(0), picture(1, 56, 40)  # the other one resized (both stages)
     guided_params = {"cfg": {"negative_prompt": "blurry"}}
     plain_out, guided_out, other_out = await asyncio.gather(
         run(engine, "make it red", image, "image"),
@@ -176,6 +178,7 @@ async def test_unguided_and_guided_edits_equal_the_pipeline(engine, edit_pipe):
     assert diff(guided, reference(edit_pipe, "make it red", image, negative="blurry")) <= 1
     # sensitivity: guidance, the input image, and the image-token positions all show
     assert diff(plain, guided) > 8
+    assert diff(moved, reference(edit_pipe, "make it red", other)) <= 1
     assert diff(plain, moved) > 8
     faulty = reference(edit_pipe, "make it red", image, negative="blurry", own=True)
     assert diff(guided, faulty) > 1  # diffusers' own prompt path (no mm_token_type_ids)

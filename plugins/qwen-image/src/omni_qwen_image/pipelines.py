@@ -86,11 +86,14 @@ EDIT_PIPELINE = "qwen-image-edit"
 EDIT_SIZE = 32  # the tiny model's condition area: 32x32 (QwenImageEditPipeline: 1024x1024)
 
 
-def edit_encoder_engine_args(model: str = "tiny-qwen-image-edit") -> dict[str, Any]:
+def edit_encoder_engine_args(
+    model: str = "tiny-qwen-image-edit", condition_area: int = EDIT_SIZE * EDIT_SIZE
+) -> dict[str, Any]:
     """A ``vllm`` pooling stage on the whole Qwen2.5-VL encoder: the edit template (its image
-    placeholder expanded by vLLM's processor for the prompt's ``multi_modal_data["image"]``),
-    the 64-token prefix left out (``QwenImageEditPipeline.encode_prompt``'s rows). Its processes
-    get the family kit's compat shim (``PYTHONPATH``): the VL processor without torchvision."""
+    placeholder expanded by vLLM's processor for the prompt's ``multi_modal_data["image"]``,
+    first resized to about ``condition_area`` pixels as ``QwenImageEditPipeline`` resizes its VL
+    prompt's image), the 64-token prefix left out (``encode_prompt``'s rows). Its processes get
+    the family kit's compat shim (``PYTHONPATH``): the VL processor without torchvision."""
     from omni_core.family.compat import PORTABLE_PYTHONPATH
     from omni_qwen_image.build_edit import EDIT_ENCODER_DIR, EDIT_PREFIX_TOKENS, EDIT_TEMPLATE
 
@@ -104,6 +107,7 @@ def edit_encoder_engine_args(model: str = "tiny-qwen-image-edit") -> dict[str, A
             "template": EDIT_TEMPLATE,
             "drop_prefix": EDIT_PREFIX_TOKENS,
             "max_length": MAX_SEQUENCE_LENGTH,
+            "image_area": condition_area,
         },
     }
 
@@ -123,7 +127,7 @@ def qwen_image_edit_pipeline(
                 "id": 0,
                 "name": "encoder",
                 "kind": "vllm",
-                "engine_args": edit_encoder_engine_args(model),
+                "engine_args": edit_encoder_engine_args(model, size * size),
             },
             {
                 "id": 1,
