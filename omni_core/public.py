@@ -238,6 +238,7 @@ FAMILY_AUTHORS = Tier(
                 "token_ids",
                 "ImageGrid",
             ),
+            **_from("omni_core.family.weights", "load_part", "read_part", "fuse_experts"),
             **_from("omni_core.family.audio", "audio_streamed"),
             **_from("omni_core.family.decode", "Decoding", "batch_cache", "take_rows"),
             **_from(

@@ -9,7 +9,8 @@ stages and pipelines) builds on, the manifest's model-family tier (:mod:`omni_co
   :func:`quiet_transformers`, :func:`whisper_features`, :func:`omni_chat_template`,
   :func:`omni_processor`, and the torchvision compat shim (:mod:`omni_core.family.compat`);
 * checkpoint readers: :func:`local_checkpoint`, :func:`read_rows`, :func:`generation_config`,
-  :func:`token_ids`, :class:`ImageGrid`;
+  :func:`token_ids`, :class:`ImageGrid`; one sub-model of a checkpoint loaded strictly:
+  :func:`load_part` (:func:`read_part`, :func:`fuse_experts`);
 * batched autoregressive decode steps: :func:`batch_cache`, :func:`take_rows`
   (:class:`Decoding`: what they read of a request);
 * audio options: :func:`audio_streamed`;
@@ -61,6 +62,11 @@ if TYPE_CHECKING:
         shrink,
         whisper_features,
         write_checkpoint,
+    )
+    from omni_core.family.weights import (
+        fuse_experts,
+        load_part,
+        read_part,
     )
     from omni_core.family.windows import (
         causal_piece,

@@ -18,8 +18,10 @@ from omni_core.family import (
     corpus,
     crossfade,
     exact_context,
+    fuse_experts,
     lazy,
     lazy_pipeline,
+    load_part,
     padded_render,
     receptive_field,
     require_consistent,
@@ -288,3 +290,29 @@ def test_greedy_parity_compares_prompt_ids_and_greedy_ids():
     Payload.prompt_token_ids = [1, 3]
     with pytest.raises(ParityError, match="prompt ids: position 1"):
         parity.check(ran, ref)
+
+
+def test_load_part_loads_one_prefix_strictly_and_fuses_per_expert_tensors(tmp_path):
+    torch = pytest.importorskip("torch")
+    safetensors = pytest.importorskip("safetensors.torch")
+    source = torch.nn.Linear(3, 2)
+    tensors = {f"part.{k}": v for k, v in source.state_dict().items()}
+    tensors["other.weight"] = torch.zeros(1)
+    safetensors.save_file(tensors, str(tmp_path / "model.safetensors"))
+    loaded = load_part(torch.nn.Linear(3, 2), tmp_path, "part.")
+    assert torch.equal(loaded.weight, source.weight) and not loaded.training
+    with pytest.raises(OmniError, match="does not fit Linear"):
+        load_part(torch.nn.Linear(3, 2, bias=False), tmp_path, "part.")  # an unexpected bias
+    with pytest.raises(OmniError, match="no 'nope.\\*' tensors"):
+        load_part(torch.nn.Linear(3, 2), tmp_path, "nope.")
+    gate, up, down = torch.ones(2, 3), torch.full((2, 3), 2.0), torch.zeros(3, 2)
+    fused = fuse_experts(
+        {
+            f"m.experts.{e}.{p}_proj.weight": w
+            for e in (1, 0)
+            for p, w in (("gate", gate * (e + 1)), ("up", up), ("down", down))
+        }
+    )
+    assert fused["m.experts.gate_up_proj"].shape == (2, 4, 3)
+    assert fused["m.experts.gate_up_proj"][1, 0, 0] == 2.0  # experts in index order
+    assert fused["m.experts.down_proj"].shape == (2, 3, 2)

@@ -32,9 +32,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from omni_core import ConfigError, RequestError, StageOutput
 from omni_core.extend import TorchStageEngine, error_output
-from omni_core.family import audio_streamed, local_checkpoint
+from omni_core.family import audio_streamed, load_part, local_checkpoint
 from omni_qwen3.code2wav import decode_piece
-from omni_qwen3.weights import load_part
 
 logger = logging.getLogger(__name__)
 
