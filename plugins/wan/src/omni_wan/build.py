@@ -22,6 +22,7 @@ TEXT_DIM = 32  # UMT5 d_model == transformer text_dim
 Z_DIM = 16  # VAE latent channels == transformer in/out channels (T2V)
 BOUNDARY_RATIO = 0.875  # Wan 2.2 A14B: transformer (high noise) above 875 of 1000 timesteps
 VERSIONS = ("2.1", "2.2")
+VOCAB_SIZE = 96  # the encoder's embedding rows: above every id the tokenizer gives (76)
 
 _PIECES = (
     "a the red green blue cat dog bird fish tree house car boat sun moon sky sea river "
@@ -66,7 +67,7 @@ def components(version: str) -> dict[str, Any]:
     torch.manual_seed(SEED)
     encoder = UMT5EncoderModel(
         UMT5Config(
-            vocab_size=64,
+            vocab_size=VOCAB_SIZE,
             d_model=TEXT_DIM,
             d_kv=8,
             d_ff=64,
@@ -150,6 +151,9 @@ def check_sizes(parts: dict[str, Any]) -> None:
     text_dim = parts["text_encoder"].config.d_model
     z_dim = parts["vae"].config.z_dim
     errors = []
+    tokens = len(parts["tokenizer"])
+    if tokens > parts["text_encoder"].config.vocab_size:
+        errors.append(f"tokenizer has {tokens} ids, text_encoder.vocab_size is smaller")
     for name in ("transformer", "transformer_2"):
         dit = parts.get(name)
         if dit is None:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from omni_core import RequestError, StageOutput
-from omni_core.extend import HiddenStates, TorchStageEngine
+from omni_core.extend import HiddenStates, TorchStageEngine, error_output
 
 logger = logging.getLogger(__name__)
 
@@ -59,9 +59,13 @@ class EncoderEngine(TorchStageEngine):
         pending, self.pending = self.pending, []
         with self.torch.no_grad():
             for rid, text in pending:
-                embeds = self.pipe._get_t5_prompt_embeds(
-                    text, max_sequence_length=self.max_length, device=self.torch.device("cpu")
-                )[0]
+                try:
+                    embeds = self.pipe._get_t5_prompt_embeds(
+                        text, max_sequence_length=self.max_length, device=self.torch.device("cpu")
+                    )[0]
+                except Exception as exc:  # this request's own failure: the others go on
+                    outputs.append(error_output(rid, exc))
+                    continue
                 states = HiddenStates(start=0, layers={"final": embeds.float().numpy()})
                 outputs.append(
                     StageOutput(

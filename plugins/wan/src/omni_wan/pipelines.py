@@ -20,11 +20,17 @@ def wan_pipeline(
     steps: int = 4,
     size: int = 32,
     frames: int = 5,
+    text_len: int = 32,
 ) -> PipelineConfig:
     """Tiny defaults (32x32, 5 frames, 4 steps). Unguided unless a request asks for guidance
     (``extra["cfg"]``: ``omni run wan2.1-t2v --negative-prompt ... [--guidance S]``); then
     ``ε_neg + s (ε - ε_neg)`` at WanPipeline's default 5 unless the request says. With
-    omni-cfg missing or disabled on ``host`` such a request is refused (400)."""
+    omni-cfg missing or disabled on ``host`` such a request is refused (400).
+
+    ``text_len``: the prompt embeddings' padded length (``WanPipeline``'s
+    ``max_sequence_length``, 512 there and for real checkpoints). The tiny model uses 32: with
+    a few real tokens among 512 zero-padded ones its DiT hardly reads the text (a different
+    negative prompt moved frames by under one level), with 32 it does."""
     model = model or f"tiny-wan{version}"
     name = f"wan{version}-t2v"
     config: dict[str, Any] = {
@@ -35,7 +41,11 @@ def wan_pipeline(
                 "id": 0,
                 "name": "encoder",
                 "kind": "torch",
-                "engine_args": {"engine": "omni_wan.encoder:build", "model": model},
+                "engine_args": {
+                    "engine": "omni_wan.encoder:build",
+                    "model": model,
+                    "options": {"max_sequence_length": text_len},
+                },
             },
             {
                 "id": 1,

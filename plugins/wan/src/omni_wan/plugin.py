@@ -7,10 +7,11 @@ stage starts.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from omni_core.extend import packaged_checksums
 from omni_core.plugin import (
+    Benchmark,
     Bridge,
     ModelSpec,
     PipelineSpec,
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 
 OMNI_PLUGIN_API_VERSION = 3
 
-TINY_VERSION = "v1"  # bump whenever the builder's output changes (a new cache directory)
+TINY_VERSION = "v2"  # bump whenever the builder's output changes (a new cache directory)
 VERSIONS = {"2.1": "tiny-wan2.1", "2.2": "tiny-wan2.2"}
 
 
@@ -125,6 +126,23 @@ def omni_register_server_routes() -> Iterable[ServerRoute]:
             mount,
             "/v1/videos: asynchronous video jobs (create, status with progress, list, MP4, "
             "delete), in memory only",
+        )
+    ]
+
+
+@hookimpl
+def omni_register_benchmarks() -> Iterable[Benchmark]:
+    def run(quick: bool) -> Any:
+        from omni_wan.bench import bench_video
+
+        return bench_video(quick)
+
+    return [
+        Benchmark(
+            "video",
+            run,
+            "tiny-wan2.1 guided: seconds per step and per clip, jobs/s at C=1 and C=4 with "
+            "and without step batching",
         )
     ]
 
