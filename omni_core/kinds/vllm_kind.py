@@ -102,6 +102,12 @@ class PoolingArgs(BaseModel):
         description="arrays up to this size ride in the output message; larger ones go through "
         "the data plane (shared memory locally, the object store on Ray)",
     )
+    image_prompt: str | None = Field(
+        default=None,
+        description="text put before a text prompt once per input image "
+        "(multi_modal_data['image']), '{}' in it the image's number from 1, e.g. Qwen-Image-"
+        "Edit-Plus's 'Picture {}: <|vision_start|><|image_pad|><|vision_end|>'",
+    )
     image_area: int | None = Field(
         default=None,
         ge=32 * 32,

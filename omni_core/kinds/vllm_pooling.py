@@ -54,6 +54,21 @@ def resize_images(prompt: Any, area: int | None) -> Any:
     return {**prompt, "multi_modal_data": {**media, "image": images}}
 
 
+def image_prompts(prompt: Any, image_prompt: str | None) -> Any:
+    """A text prompt with ``multi_modal_data["image"]`` gets ``image_prompt`` (its ``{}`` the
+    image's number from 1) once per image before its text; anything else as is."""
+    if image_prompt is None or not isinstance(prompt, dict):
+        return prompt
+    media = prompt.get("multi_modal_data")
+    text = prompt.get("prompt")
+    if not isinstance(media, dict) or media.get("image") is None or not isinstance(text, str):
+        return prompt
+    images = media["image"]
+    count = len(images) if isinstance(images, list | tuple) else 1
+    prefix = "".join(image_prompt.replace("{}", str(i + 1), 1) for i in range(count))
+    return {**prompt, "prompt": prefix + text}
+
+
 def apply_template(template: str | None, prompt: Any) -> Any:
     """A text prompt (or ``{"prompt": text}``) put into ``template``; anything else as is."""
     if template is None:
@@ -120,6 +135,7 @@ class PoolingWorkerEngine(VllmWorkerEngine):
         self.max_length: int | None = pooling["max_length"]
         self.inline = int(pooling["inline_bytes"])
         self.image_area: int | None = pooling.get("image_area")
+        self.image_prompt: str | None = pooling.get("image_prompt")
         self.plane = default_plane()
         self.with_payload = False
         self.hidden = None
@@ -151,7 +167,7 @@ class PoolingWorkerEngine(VllmWorkerEngine):
                 f"request {rid}: a pooling stage takes its whole prompt at once, not streamed "
                 "input (a stream edge into it)"
             )
-        prompt = resize_images(request.prompt, self.image_area)
+        prompt = image_prompts(resize_images(request.prompt, self.image_area), self.image_prompt)
         prompt = self.va.to_prompt(apply_template(self.template, prompt))
         self._add_request(rid, prompt, self._params())
         fault = injected_fault(request.params)

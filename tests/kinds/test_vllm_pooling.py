@@ -201,3 +201,16 @@ def test_image_area_resizes_input_images_as_qwen_image_edit_does():
     assert prompt["multi_modal_data"]["image"] is wide  # the request's prompt is left alone
     with pytest.raises(ValidationError, match="image_area"):
         VllmArgs.model_validate(stage_args(image_area=100))
+
+
+def test_image_prompt_goes_before_the_text_once_per_image():
+    from omni_core.kinds.vllm_pooling import image_prompts
+
+    two = {"prompt": "edit", "multi_modal_data": {"image": ["a", "b"]}}
+    assert (
+        image_prompts(two, "Picture {}: <img>")["prompt"] == "Picture 1: <img>Picture 2: <img>edit"
+    )
+    one = {"prompt": "edit", "multi_modal_data": {"image": "a"}}
+    assert image_prompts(one, "Picture {}: <img>")["prompt"] == "Picture 1: <img>edit"
+    assert image_prompts(one, None) is one and image_prompts("edit", "P{}") == "edit"
+    assert two["prompt"] == "edit"  # the request's prompt is left alone

@@ -80,3 +80,23 @@ def edit_pipe(tiny_qie: Path):
     pipe = QwenImageEditPipeline.from_pretrained(str(tiny_qie), dtype=torch.float32)
     pipe.set_progress_bar_config(disable=True)
     return pipe
+
+
+@pytest.fixture(scope="session")
+def plus_pipe(qi_cache: Path):
+    """diffusers' ``QwenImageEditPlusPipeline`` on ``tiny-qwen-image-edit-plus``, float32."""
+    import torch
+    from diffusers import QwenImageEditPlusPipeline
+    from diffusers.utils import logging as df_logging
+
+    from omni_core import OmniSettings
+    from omni_core.family.compat import install
+    from omni_core.models import ensure_model
+    from omni_core.plugin.hooks import PluginHost
+
+    path = ensure_model("tiny-qwen-image-edit-plus", qi_cache, PluginHost.create(OmniSettings()))
+    install()
+    df_logging.set_verbosity_error()
+    pipe = QwenImageEditPlusPipeline.from_pretrained(str(path), dtype=torch.float32)
+    pipe.set_progress_bar_config(disable=True)
+    return pipe

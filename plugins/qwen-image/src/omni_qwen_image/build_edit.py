@@ -38,6 +38,10 @@ EDIT_TEMPLATE = (
     "<|im_start|>assistant\n"
 )
 EDIT_PREFIX_TOKENS = 64
+# QwenImageEditPlusPipeline: the same system turn, no placeholder in the template; each input
+# image's own text goes before the prompt
+EDIT_PLUS_TEMPLATE = EDIT_TEMPLATE.replace("<|vision_start|><|image_pad|><|vision_end|>", "")
+EDIT_PLUS_IMAGE_PROMPT = "Picture {}: <|vision_start|><|image_pad|><|vision_end|>"
 EDIT_ENCODER_DIR = "text_encoder_vl"  # the vLLM-loadable VL encoder, next to the diffusers folders
 # the VL image processor's bounds: 56x56 .. 64 merged patches (tiny), as omni-qwen's tiny models
 VL_MIN_PIXELS = 56 * 56
@@ -77,9 +81,10 @@ def build_processor(tokenizer: Any) -> Any:
     return Qwen2VLProcessor(image_processor=image, video_processor=video, tokenizer=tokenizer)
 
 
-def build_edit(out: Path) -> None:
-    """Write the ``QwenImageEditPipeline`` folder and ``text_encoder_vl/`` into ``out``."""
-    from diffusers import QwenImageEditPipeline
+def build_edit(out: Path, plus: bool = False) -> None:
+    """Write the ``QwenImageEditPipeline`` folder (``plus``: ``QwenImageEditPlusPipeline``, the
+    same components) and ``text_encoder_vl/`` into ``out``."""
+    from diffusers import QwenImageEditPipeline, QwenImageEditPlusPipeline
     from diffusers.utils import logging as df_logging
     from transformers.utils import logging as hf_logging
 
@@ -95,7 +100,8 @@ def build_edit(out: Path) -> None:
         transformer, vae = build_transformer(), build_vae()
         check_sizes(text_encoder, transformer, vae)
         processor = build_processor(tokenizer)
-        pipe = QwenImageEditPipeline(
+        cls = QwenImageEditPlusPipeline if plus else QwenImageEditPipeline
+        pipe = cls(
             scheduler=build_scheduler(),
             vae=vae,
             text_encoder=text_encoder,

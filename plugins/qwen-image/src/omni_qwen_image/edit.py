@@ -12,18 +12,19 @@ from typing import Any
 
 from omni_core import RequestError
 
-EDIT_CLASS = "QwenImageEditPipeline"
+EDIT_CLASSES = {"QwenImageEditPipeline": 1, "QwenImageEditPlusPipeline": None}  # most images
 
 
-def pipeline_class(model: Path) -> tuple[Any, dict[str, Any]]:
-    """The diffusers class of a ``QwenImagePipeline`` or ``QwenImageEditPipeline`` folder, and
-    what ``from_pretrained`` must leave out besides the text encoder and tokenizer."""
+def pipeline_class(model: Path) -> tuple[Any, dict[str, Any], int | None]:
+    """The diffusers class of a ``QwenImagePipeline``, ``QwenImageEditPipeline`` or
+    ``QwenImageEditPlusPipeline`` folder, what ``from_pretrained`` must leave out besides the text
+    encoder and tokenizer, and the most input images it edits (0: none; None: any number)."""
     import diffusers
 
     name = json.loads((model / "model_index.json").read_text()).get("_class_name")
-    if name == EDIT_CLASS:
-        return diffusers.QwenImageEditPipeline, {"processor": None}
-    return diffusers.QwenImagePipeline, {}
+    if name in EDIT_CLASSES:
+        return getattr(diffusers, name), {"processor": None}, EDIT_CLASSES[name]
+    return diffusers.QwenImagePipeline, {}, 0
 
 
 def condition_size(width: int, height: int, area: int) -> tuple[int, int]:
@@ -53,12 +54,26 @@ def as_pil(image: Any) -> Any:
     return Image.fromarray(array)
 
 
+def condition_images(engine: Any, images: list[Any] | None) -> tuple[list[Any], list[Any]]:
+    """The input images as the edit pipeline's VAE inputs ``[1, 3, 1, h, w]`` in [-1, 1] and
+    their (h, w); RequestError (400) naming ``image`` when the stage cannot edit them (a
+    text-to-image model, none, more than its pipeline takes) or a size is out of bounds."""
+    if engine.max_images is not None and images is not None and len(images) > engine.max_images:
+        raise RequestError(
+            f"image: {len(images)} input images; stage '{engine.stage}' edits "
+            f"{engine.max_images} (Qwen-Image-Edit; several: an Edit-Plus model)",
+            param="image",
+        )
+    if not images:
+        images = [None]
+    pairs = [condition_image(engine, image) for image in images]
+    return [p[0] for p in pairs], [p[1] for p in pairs]
+
+
 def condition_image(engine: Any, image: Any) -> tuple[Any, tuple[int, int]]:
-    """The input image as the edit pipeline's VAE input ``[1, 3, 1, h, w]`` in [-1, 1] and its
-    (h, w); RequestError (400) naming ``image`` when the stage cannot edit or the size is out of
-    bounds."""
+    """One input image as the edit pipeline's VAE input and its (h, w)."""
     args, pipe = engine.args, engine.pipe
-    if not engine.edit:
+    if engine.max_images == 0:
         raise RequestError(
             f"image: stage '{engine.stage}' loads a text-to-image pipeline, which takes no input "
             "image (an edit pipeline's model is a QwenImageEditPipeline folder)",
@@ -84,28 +99,29 @@ def condition_image(engine: Any, image: Any) -> tuple[Any, tuple[int, int]]:
     return tensor.to(engine.device, engine.dtype), (height, width)
 
 
-def check_input_image(prompt: Any, stage: str) -> None:
-    """An edit request's prompt carries exactly one input image: ``{"prompt": text,
-    "multi_modal_data": {"image": <RGB Pillow image or uint8 [H, W, 3]>}}`` (a list of one too);
-    else one RequestError naming ``multi_modal_data['image']``."""
+def check_input_image(prompt: Any, stage: str, most: int = 1) -> None:
+    """An edit request's prompt carries one input image (at most ``most``: an Edit-Plus
+    encoder's): ``{"prompt": text, "multi_modal_data": {"image": <RGB Pillow image or uint8
+    [H, W, 3]>}}`` (or a list); else one RequestError naming ``multi_modal_data['image']``."""
     where = "multi_modal_data['image']"
     media = prompt.get("multi_modal_data") if isinstance(prompt, dict) else None
     image = media.get("image") if isinstance(media, dict) else None
-    if isinstance(image, list | tuple):
-        if len(image) != 1:
-            raise RequestError(
-                f"{where}: {len(image)} input images; stage '{stage}' encodes one "
-                "(Qwen-Image-Edit; Edit-Plus's several images are not served)",
-                param=where,
-            )
-        image = image[0]
-    if image is None:
+    images = list(image) if isinstance(image, list | tuple) else [image]
+    if len(images) > most:
+        raise RequestError(
+            f"{where}: {len(images)} input images; stage '{stage}' encodes at most {most} "
+            "(several: an Edit-Plus pipeline)",
+            param=where,
+        )
+    if image is None or not images:
         raise RequestError(
             f"{where}: stage '{stage}' edits an input image; the prompt carries none "
             "(send {'prompt': text, 'multi_modal_data': {'image': ...}})",
             param=where,
         )
-    try:
-        as_pil(image)
-    except RequestError as exc:
-        raise RequestError(f"{where}: {exc}".replace(": image:", ":"), param=where) from None
+    for i, item in enumerate(images):
+        try:
+            as_pil(item)
+        except RequestError as exc:
+            at = where if len(images) == 1 else f"{where}[{i}]"
+            raise RequestError(f"{at}: {exc}".replace(": image:", ":"), param=at) from None

@@ -45,8 +45,8 @@ class Sample:
     width: int
     preview: int | None
     k: int = 0
-    image_latents: Any = None  # an edit: the packed input image latents [1, tokens, C]
-    condition: tuple[int, int] | None = None  # an edit: the input's (height, width) as encoded
+    image_latents: Any = None  # an edit: the packed input images' latents [1, tokens, C]
+    condition: tuple[tuple[int, int], ...] = ()  # an edit: each input's (height, width) encoded
 
 
 class DiffusersEngine(TorchStageEngine):
@@ -67,8 +67,7 @@ class DiffusersEngine(TorchStageEngine):
         self.torch = torch
         self.dtype = getattr(torch, self.args.dtype)
         model = Path(config["model"])
-        cls, extra = pipeline_class(model)
-        self.edit = bool(extra)
+        cls, extra, self.max_images = pipeline_class(model)
         self.pipe = cls.from_pretrained(
             str(model), text_encoder=None, tokenizer=None, dtype=self.dtype, **extra
         )
@@ -91,16 +90,18 @@ class DiffusersEngine(TorchStageEngine):
         seed = _pick(options.seed, _pick(params.seed, self.args.seed))
         generator = torch.Generator().manual_seed(int(seed))
         channels = self.pipe.transformer.config.in_channels // 4
-        image = edit_image(request.prompt)
-        image_latents, condition = None, None
-        if image is not None or self.edit:
-            from omni_qwen_image.edit import condition_image
+        images = edit_images(request.prompt)
+        image_latents, condition = None, ()
+        if images is not None or self.max_images != 0:
+            from omni_qwen_image.edit import condition_images
 
-            tensor, condition = condition_image(self, image)
+            tensors, sizes = condition_images(self, images)
+            condition = tuple(sizes)
             if options.height is None and options.width is None:
-                height, width = condition  # diffusers' default: the input's condition size
-            latents, image_latents = self.pipe.prepare_latents(
-                tensor, 1, channels, height, width, self.dtype, self.device, generator
+                height, width = sizes[-1]  # diffusers' default: the last input's condition size
+            image_latents = self.image_latents(tensors, channels)
+            latents, _ = self.pipe.prepare_latents(  # the noise as the edit pipelines draw it
+                None, 1, channels, height, width, self.dtype, self.device, generator
             )
         else:  # drawn on the CPU (the generator's), as diffusers
             latents = self.pipe.prepare_latents(
@@ -119,6 +120,16 @@ class DiffusersEngine(TorchStageEngine):
             image_latents=image_latents,
             condition=condition,
         )
+
+    def image_latents(self, tensors: list[Any], channels: int) -> Any:
+        """The input images' VAE latents (the distribution's mode), packed and concatenated
+        along the tokens, as the edit pipelines' ``prepare_latents``."""
+        pipe, parts = self.pipe, []
+        for tensor in tensors:
+            latents = pipe._encode_vae_image(image=tensor, generator=None)
+            h, w = latents.shape[3:]
+            parts.append(pipe._pack_latents(latents, 1, channels, h, w))
+        return self.torch.cat(parts, dim=1)
 
     def conditionings(self, prompt: Any, scale: float) -> list[tuple[Any, float]]:
         """The prompt's conditionings as (embeds, weight); zero weights left out."""
@@ -265,8 +276,7 @@ class DiffusersEngine(TorchStageEngine):
         first = rows[0][1]
         vae_scale = self.pipe.vae_scale_factor
         shapes = [(1, first.height // vae_scale // 2, first.width // vae_scale // 2)]
-        if first.condition is not None:
-            ch, cw = first.condition
+        for ch, cw in first.condition:
             shapes.append((1, ch // vae_scale // 2, cw // vae_scale // 2))
         lengths = [embeds.shape[1] for _, _, embeds in rows]
         longest = max(lengths)
@@ -365,8 +375,9 @@ def _check_guidance(extra: dict[str, Any], prompt: Any) -> None:
     )
 
 
-def edit_image(prompt: Any) -> Any:
-    """The input image of an edit prompt (``prompt["image"]`` or its first conditioning's)."""
+def edit_images(prompt: Any) -> list[Any] | None:
+    """The input images of an edit prompt (``prompt["image"]`` or its first conditioning's: one
+    or a list); None without."""
     if not isinstance(prompt, dict):
         return None
     items = prompt.get("conditionings")
@@ -374,15 +385,9 @@ def edit_image(prompt: Any) -> Any:
         image = items[0].get("image")
     else:
         image = prompt.get("image")
-    if isinstance(image, list | tuple):
-        if len(image) != 1:
-            raise RequestError(
-                f"image: {len(image)} input images; this stage edits one (Qwen-Image-Edit; "
-                "Edit-Plus's several images are not served)",
-                param="image",
-            )
-        image = image[0]
-    return image
+    if image is None:
+        return None
+    return list(image) if isinstance(image, list | tuple) else [image]
 
 
 def _pick(value: Any, default: Any) -> Any:

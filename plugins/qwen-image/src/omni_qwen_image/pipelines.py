@@ -83,51 +83,77 @@ def qwen_image_pipeline(
 
 
 EDIT_PIPELINE = "qwen-image-edit"
+EDIT_PLUS_PIPELINE = "qwen-image-edit-plus"
 EDIT_SIZE = 32  # the tiny model's condition area: 32x32 (QwenImageEditPipeline: 1024x1024)
+PLUS_VL_SIZE = 48  # tiny Edit-Plus's VL image area: 48x48 (QwenImageEditPlusPipeline: 384x384)
+PLUS_MAX_IMAGES = 3  # input images per Edit-Plus request (Qwen-Image-Edit-2509: 1 to 3)
 
 
 def edit_encoder_engine_args(
-    model: str = "tiny-qwen-image-edit", condition_area: int = EDIT_SIZE * EDIT_SIZE
+    model: str = "tiny-qwen-image-edit",
+    condition_area: int = EDIT_SIZE * EDIT_SIZE,
+    plus: bool = False,
 ) -> dict[str, Any]:
     """A ``vllm`` pooling stage on the whole Qwen2.5-VL encoder: the edit template (its image
     placeholder expanded by vLLM's processor for the prompt's ``multi_modal_data["image"]``,
     first resized to about ``condition_area`` pixels as ``QwenImageEditPipeline`` resizes its VL
     prompt's image), the 64-token prefix left out (``encode_prompt``'s rows). Its processes get
-    the family kit's compat shim (``PYTHONPATH``): the VL processor without torchvision."""
+    the family kit's compat shim (``PYTHONPATH``): the VL processor without torchvision.
+    ``plus``: Edit-Plus's template, each input image's ``Picture N: ...`` before the prompt,
+    up to :data:`PLUS_MAX_IMAGES` images."""
     from omni_core.family.compat import PORTABLE_PYTHONPATH
-    from omni_qwen_image.build_edit import EDIT_ENCODER_DIR, EDIT_PREFIX_TOKENS, EDIT_TEMPLATE
+    from omni_qwen_image.build_edit import (
+        EDIT_ENCODER_DIR,
+        EDIT_PLUS_IMAGE_PROMPT,
+        EDIT_PLUS_TEMPLATE,
+        EDIT_PREFIX_TOKENS,
+        EDIT_TEMPLATE,
+    )
 
+    pooling: dict[str, Any] = {
+        "template": EDIT_PLUS_TEMPLATE if plus else EDIT_TEMPLATE,
+        "drop_prefix": EDIT_PREFIX_TOKENS,
+        "max_length": MAX_SEQUENCE_LENGTH,
+        "image_area": condition_area,
+    }
+    if plus:
+        pooling["image_prompt"] = EDIT_PLUS_IMAGE_PROMPT
+    images = PLUS_MAX_IMAGES if plus else 1
     return {
         "model": model,
         "subfolder": EDIT_ENCODER_DIR,
         "max_model_len": 2048,
         "env": {"PYTHONPATH": PORTABLE_PYTHONPATH},
-        "engine": {"limit_mm_per_prompt": {"image": 1, "video": 0}},
-        "pooling": {
-            "template": EDIT_TEMPLATE,
-            "drop_prefix": EDIT_PREFIX_TOKENS,
-            "max_length": MAX_SEQUENCE_LENGTH,
-            "image_area": condition_area,
-        },
+        "engine": {"limit_mm_per_prompt": {"image": images, "video": 0}},
+        "pooling": pooling,
     }
 
 
 def qwen_image_edit_pipeline(
-    host: PluginHost, model: str = "tiny-qwen-image-edit", steps: int = 4, size: int = EDIT_SIZE
+    host: PluginHost,
+    model: str = "tiny-qwen-image-edit",
+    steps: int = 4,
+    size: int = EDIT_SIZE,
+    plus: bool = False,
 ) -> PipelineConfig:
     """Qwen-Image-Edit: ``{"prompt": text, "multi_modal_data": {"image": RGB}}`` → the VL encoder
     (vLLM pooling, image included) → MMDiT + VAE on the input image's latents → PNG, by default
     of the input's condition size (about ``size``² pixels). Guidance as ``qwen-image``'s, the
-    negative prompt encoded with the same input image (omni-cfg's ``share_media``)."""
+    negative prompt encoded with the same input image (omni-cfg's ``share_media``). ``plus``:
+    Edit-Plus (``tiny-qwen-image-edit-plus``): 1 to 3 input images, the VL encoder sees them at
+    about :data:`PLUS_VL_SIZE`² pixels, the VAE at ``size``², the output defaults to the last
+    one's size."""
+    name = EDIT_PLUS_PIPELINE if plus else EDIT_PIPELINE
+    vl_area = PLUS_VL_SIZE * PLUS_VL_SIZE if plus else size * size
     config: dict[str, Any] = {
-        "name": EDIT_PIPELINE,
+        "name": name,
         "requires_plugins": ["qwen-image"],
         "stages": [
             {
                 "id": 0,
                 "name": "encoder",
                 "kind": "vllm",
-                "engine_args": edit_encoder_engine_args(model, size * size),
+                "engine_args": edit_encoder_engine_args(model, vl_area, plus),
             },
             {
                 "id": 1,
@@ -156,4 +182,4 @@ def qwen_image_edit_pipeline(
             "timeout_s": 60,
             "share_media": True,
         }
-    return PipelineConfig.from_dict(config, source=f"<pipeline {EDIT_PIPELINE} (omni-qwen-image)>")
+    return PipelineConfig.from_dict(config, source=f"<pipeline {name} (omni-qwen-image)>")

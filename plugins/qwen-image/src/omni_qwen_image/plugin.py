@@ -26,6 +26,8 @@ IMAGE_PLACEHOLDER = "<|image_pad|>"  # an encoder template with it: the prompt n
 TINY_EDIT_MODEL = "tiny-qwen-image-edit"
 TINY_EDIT_VERSION = "v1"
 EDIT_CHECKSUMS = "checksums_edit.json"
+TINY_EDIT_PLUS_MODEL = "tiny-qwen-image-edit-plus"
+EDIT_PLUS_CHECKSUMS = "checksums_edit_plus.json"
 
 
 def committed_checksums() -> dict[str, str]:
@@ -40,6 +42,15 @@ def _build_tiny_edit(out: Path) -> None:
     from omni_qwen_image.build_edit import build_edit
 
     build_edit(out)
+
+
+def _build_tiny_edit_plus(out: Path) -> None:
+    from omni_qwen_image.kind import require_diffusers
+
+    require_diffusers(f"model '{TINY_EDIT_PLUS_MODEL}'")
+    from omni_qwen_image.build_edit import build_edit
+
+    build_edit(out, plus=True)
 
 
 def _build_tiny(out: Path) -> None:
@@ -70,6 +81,14 @@ def omni_register_models() -> Iterable[ModelSpec]:
             "Qwen-Image-Edit architecture at tiny sizes (tiny-qwen-image's components, a "
             "tokenizer with Edit's 64-token prefix, a Qwen2VLProcessor, the whole VL encoder "
             "for vLLM), random weights from a fixed seed, ~14 MB",
+        ),
+        ModelSpec(
+            TINY_EDIT_PLUS_MODEL,
+            _build_tiny_edit_plus,
+            TINY_EDIT_VERSION,
+            packaged_checksums("omni_qwen_image", EDIT_PLUS_CHECKSUMS),
+            "Qwen-Image-Edit-Plus (several input images) at tiny sizes: tiny-qwen-image-edit's "
+            "components as a QwenImageEditPlusPipeline folder, ~14 MB",
         ),
     ]
 
@@ -116,6 +135,11 @@ def omni_register_pipelines() -> Iterable[PipelineSpec]:
 
         return qwen_image_edit_pipeline(host)
 
+    def load_edit_plus(host: PluginHost) -> PipelineConfig:
+        from omni_qwen_image.pipelines import qwen_image_edit_pipeline
+
+        return qwen_image_edit_pipeline(host, TINY_EDIT_PLUS_MODEL, plus=True)
+
     return [
         PipelineSpec(
             "qwen-image",
@@ -129,6 +153,13 @@ def omni_register_pipelines() -> Iterable[PipelineSpec]:
             "Qwen-Image-Edit (tiny-qwen-image-edit): prompt + input image -> VL encoder on vLLM "
             "pooling -> MMDiT + VAE (diffusers), a PNG; guidance through omni-cfg",
         ),
+        PipelineSpec(
+            "qwen-image-edit-plus",
+            load_edit_plus,
+            "Qwen-Image-Edit-Plus (tiny-qwen-image-edit-plus): prompt + 1 to 3 input images -> "
+            "VL encoder on vLLM pooling -> MMDiT + VAE (diffusers), a PNG; guidance through "
+            "omni-cfg",
+        ),
     ]
 
 
@@ -139,19 +170,22 @@ def omni_admit_request(
     """Refuse, before anything is allocated, a request whose options a ``diffusers`` stage it
     needs would refuse: a bad field, or an image past the stage's ``max_side``/``max_pixels``
     (one 400 naming the field and the limit; the replica checks again); and, for an edit
-    pipeline (a pooling encoder whose template holds an image placeholder), a prompt without
-    exactly one RGB input image."""
+    pipeline (a pooling encoder whose template or image_prompt holds an image placeholder), a
+    prompt without
+    one RGB input image (an Edit-Plus encoder: up to its ``limit_mm_per_prompt``)."""
     from omni_core import RequestError, RequestRejected
     from omni_qwen_image.kind import DiffusersArgs, checked_options
 
     for sid in sorted(request.needed):
         stage = port.pipeline.stages[sid]
         pooling = getattr(stage.args, "pooling", None) if stage.kind.name == "vllm" else None
-        if pooling is not None and IMAGE_PLACEHOLDER in (pooling.template or ""):
+        texts = (pooling.template or "") + (pooling.image_prompt or "") if pooling else ""
+        if IMAGE_PLACEHOLDER in texts:
             from omni_qwen_image.edit import check_input_image
 
+            limits = stage.args.engine.get("limit_mm_per_prompt") or {}
             try:
-                check_input_image(request.prompt, stage.name)
+                check_input_image(request.prompt, stage.name, int(limits.get("image", 1)))
             except RequestError as exc:
                 raise RequestRejected(400, str(exc)) from None
         if stage.kind.name != "diffusers" or not isinstance(stage.args, DiffusersArgs):
