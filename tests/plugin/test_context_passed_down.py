@@ -36,6 +36,7 @@ ENTRY_POINTS = (
     "plugins/qwen-omni/src/omni_qwen/fidelity.py",  # python -m omni_qwen.fidelity
     "plugins/qwen3-omni/src/omni_qwen3/bench.py",
     "plugins/qwen3-omni/src/omni_qwen3/talker_bench.py",
+    "plugins/wan/src/omni_wan/bench.py",
     # processes' own starts: a stage worker process reads its own environment; the reference
     # generator is `python -m omni_core.config.reference`
     "omni_core/stage/worker.py",
