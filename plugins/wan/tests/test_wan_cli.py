@@ -28,13 +28,13 @@ def omni(*args: str, cache: Path) -> subprocess.CompletedProcess:
 def test_run_writes_an_mp4_of_the_asked_frames(wan_cache, tiny_wan, tmp_path):
     done = omni(
         *("run", "wan2.1-t2v", "--prompt", "a red cat", "--negative-prompt", "blurry"),
-        *("--extra", "wan.num_frames=9", "--extra", "wan.fps=8", "-o", str(tmp_path)),
+        *("--frames", "9", "--fps", "8", "--video-size", "48x32", "-o", str(tmp_path)),
         cache=wan_cache,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     (path,) = tmp_path.glob("*.mp4")
-    assert f"video: {path} (32x32, 9 frames at 8 fps)" in done.stdout
+    assert f"video: {path} (48x32, 9 frames at 8 fps)" in done.stdout
     frames, fps = read_mp4(path.read_bytes())
-    assert frames.shape == (9, 32, 32, 3) and fps == 8
-    bad = omni("run", "wan2.1-t2v", "--extra", "wan.num_frames=6", cache=wan_cache)
+    assert frames.shape == (9, 32, 48, 3) and fps == 8
+    bad = omni("run", "wan2.1-t2v", "--frames", "6", cache=wan_cache)
     assert bad.returncode == 2 and "extra['wan'].num_frames: 6 frames" in bad.stderr + bad.stdout

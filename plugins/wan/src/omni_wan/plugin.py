@@ -15,6 +15,7 @@ from omni_core.plugin import (
     Bridge,
     ModelSpec,
     PipelineSpec,
+    RunOption,
     ServerRoute,
     StageKind,
     hookimpl,
@@ -113,6 +114,49 @@ def omni_register_pipelines() -> Iterable[PipelineSpec]:
             "(diffusers), an MP4; guidance through omni-cfg",
         )
         for version, name in VERSIONS.items()
+    ]
+
+
+def _size(text: str) -> tuple[int, int]:
+    width, sep, height = text.partition("x")
+    if not sep or not width.isdigit() or not height.isdigit():
+        raise ValueError(f"{text!r} is not WIDTHxHEIGHT (e.g. 64x48)")
+    return int(width), int(height)
+
+
+@hookimpl
+def omni_register_run_options() -> Iterable[RunOption]:
+    # omni run wan2.1-t2v --frames 9 --fps 8 --video-size 64x48 --guidance-2 3: the request's
+    # extra["wan"] (bounds checked at admission: exit 2 naming the field)
+    return [
+        RunOption(
+            "frames",
+            lambda n: {"wan": {"num_frames": n}},
+            help="Video frames, 4k+1 (omni-wan: extra['wan'].num_frames).",
+            parse=int,
+            metavar="N",
+        ),
+        RunOption(
+            "fps",
+            lambda n: {"wan": {"fps": n}},
+            help="Frames per second of the MP4 (omni-wan: extra['wan'].fps).",
+            parse=int,
+            metavar="N",
+        ),
+        RunOption(
+            "video-size",
+            lambda wh: {"wan": {"width": wh[0], "height": wh[1]}},
+            help="Video WIDTHxHEIGHT, multiples of 16 (omni-wan: extra['wan'].width/height).",
+            parse=_size,
+            metavar="WxH",
+        ),
+        RunOption(
+            "guidance-2",
+            lambda g: {"wan": {"guidance_scale_2": g}},
+            help="Wan 2.2's low-noise guidance scale (omni-wan: extra['wan'].guidance_scale_2).",
+            parse=float,
+            metavar="FLOAT",
+        ),
     ]
 
 
