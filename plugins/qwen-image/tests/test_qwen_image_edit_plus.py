@@ -155,3 +155,37 @@ def test_the_plus_build_is_the_edit_build_under_the_plus_class(qi_cache, plus_pi
     edit = packaged_checksums("omni_qwen_image", EDIT_CHECKSUMS)
     assert [k for k in plus if plus[k] != edit[k]] == ["model_index.json"]
     assert (path / "model_index.json").read_text().count('"QwenImageEditPlusPipeline"') == 1
+
+
+def test_openai_client_edits_with_two_images(qi_cache, plus_pipe):
+    """``client.images.edit(image=[a, b])`` (the SDK's ``image[]`` parts) on an Edit-Plus server:
+    the PNG is the pipeline's edit of both images for the seed."""
+    import base64
+    import io
+
+    import omni_cfg.plugin
+    import omni_qwen_image.plugin
+    import openai
+    from PIL import Image as PILImage
+
+    from omni_core.testing.server import running_server
+
+    images = [picture(0, 32, 32), picture(1, 56, 40)]
+    files = []
+    for i, image in enumerate(images):
+        raw = io.BytesIO()
+        image.save(raw, format="PNG")
+        files.append((f"{i}.png", raw.getvalue(), "image/png"))
+    settings = OmniSettings(cache_dir=qi_cache, startup_timeout_s=300.0, shutdown_timeout_s=5.0)
+    plugins = [("qwen-image", omni_qwen_image.plugin), ("cfg", omni_cfg.plugin)]
+    with running_server("qwen-image-edit-plus", plugins=plugins, settings=settings) as (url, _, _):
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="none")
+        result = client.images.edit(
+            model="qwen-image-edit-plus",
+            image=files,
+            prompt="put them together",
+            extra_body={"seed": SEED},
+        )
+    (item,) = result.data
+    got = np.asarray(PILImage.open(io.BytesIO(base64.b64decode(item.b64_json or ""))))
+    assert diff(got, reference(plus_pipe, "put them together", images)) <= 1
