@@ -92,6 +92,15 @@ def test_bad_uploads_are_400_or_413_naming_the_part(server):
     files = [("image[]", ("a.png", png(32, 32))), ("image[]", ("b.png", b"junk"))]
     second = post(server, files)
     assert second.status_code == 400 and second.json()["error"]["param"] == "image[1]"
+    no_image = httpx.post(f"{server}/v1/images/edits", files={"prompt": (None, "x")}, timeout=60)
+    assert no_image.status_code == 400 and no_image.json()["error"]["param"] == "image"
+    garbage = httpx.post(
+        f"{server}/v1/images/edits",
+        content=b'--zz\r\nContent-Disposition: form-data; name="image"; filename="a',
+        headers={"content-type": "multipart/form-data; boundary=zz"},
+        timeout=60,
+    )
+    assert garbage.status_code == 400 and garbage.json()["error"]["type"] == "invalid_request_error"
     as_json = httpx.post(f"{server}/v1/images/edits", json={"prompt": "x"}, timeout=60)
     assert as_json.status_code == 400 and "multipart/form-data" in as_json.text
     bad_format = post(server, {"image": ("a.png", png(32, 32))}, data={"output_format": "gif"})
