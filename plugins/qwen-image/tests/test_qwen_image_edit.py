@@ -226,3 +226,17 @@ def test_omni_run_edits_the_image_file(qi_cache, tiny_qie, edit_pipe, tmp_path):
     (path,) = (tmp_path / "out").glob("*.png")
     got = np.asarray(PILImage.open(path).convert("RGB"))
     assert diff(got, reference(edit_pipe, "make it red", picture(2))) <= 1
+
+
+async def test_an_abort_between_steps_is_a_whole_sample_retry_and_the_edit_serves_on(engine):
+    request = {"prompt": "make it red", "multi_modal_data": {"image": picture(0)}}
+    params = {"dit": {"seed": SEED, "extra": {"diffusers": {"steps": 400, "preview_every": 1}}}}
+    stream = engine.generate(request, sampling_params=params, modalities=["image"])
+    first = await stream.__anext__()  # a preview: the sample is between steps
+    assert first.stage_name == "dit" and not first.finished and isinstance(first.payload, Image)
+    result = await engine.abort_async(first.request_id, timeout=60)
+    assert result.success
+    rest = [o async for o in stream]
+    final = [o for o in [first, *rest, *result.outputs] if o.finished]
+    assert final and final[-1].finish_reason == "abort" and final[-1].whole_sample_retry
+    assert image_of(await run(engine, "make it red", picture(0), "image")).shape == (SIZE, SIZE, 3)
