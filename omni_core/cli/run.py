@@ -82,11 +82,11 @@ def register(app: typer.Typer, state: CliState) -> None:
             ),
         ] = None,
         image: Annotated[
-            Path | None,
+            list[Path] | None,
             typer.Option(
                 "--image",
                 help="An image file sent with the prompt (an image_url part; the first stage "
-                "must take images).",
+                "must take images); repeat for several (an image editor taking several).",
             ),
         ] = None,
         voice: Annotated[
@@ -294,15 +294,18 @@ def with_runtime(target: Any, runtime: str, host: Any) -> Any:
 INPUTS = {"text": "text", "input_audio": "audio", "image_url": "images"}  # by content part type
 
 
-def media_parts(audio: Path | None, image: Path | None, raw: bool) -> list[tuple[str, Any]]:
-    """``--audio`` / ``--image`` files as (flag and file, chat content part), each file read and
-    checked now (a RequestError naming the flag and the file)."""
+def media_parts(
+    audio: Path | None, image: list[Path] | Path | None, raw: bool
+) -> list[tuple[str, Any]]:
+    """``--audio`` / ``--image`` files (``--image`` repeatable) as (flag and file, chat content
+    part), each file read and checked now (a RequestError naming the flag and the file)."""
     from omni_core.chat_media import audio_file_part, image_file_part
 
+    images = image if isinstance(image, list) else [image] if image is not None else []
     parts: list[tuple[str, Any]] = []
     for flag, path, make in (
         ("--audio", audio, audio_file_part),
-        ("--image", image, image_file_part),
+        *(("--image", path, image_file_part) for path in images),
     ):
         if path is None:
             continue

@@ -189,3 +189,33 @@ def test_openai_client_edits_with_two_images(qi_cache, plus_pipe):
     (item,) = result.data
     got = np.asarray(PILImage.open(io.BytesIO(base64.b64decode(item.b64_json or ""))))
     assert diff(got, reference(plus_pipe, "put them together", images)) <= 1
+
+
+@pytest.mark.timeout(600)
+def test_omni_run_with_two_image_flags(qi_cache, plus_pipe, tmp_path):
+    """``omni run qwen-image-edit-plus --image a.png --image b.png``: both images, in order."""
+    import os
+    import subprocess
+    import sys
+
+    from PIL import Image as PILImage
+
+    images = [picture(0, 32, 32), picture(1, 56, 40)]
+    flags = []
+    for i, image in enumerate(images):
+        image.save(tmp_path / f"{i}.png")
+        flags += ["--image", str(tmp_path / f"{i}.png")]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OMNI_")}
+    env["OMNI_CACHE_DIR"] = str(qi_cache)
+    flags += ["--prompt", "put them together", "--seed", str(SEED), "-o", str(tmp_path / "out")]
+    done = subprocess.run(
+        [sys.executable, "-m", "omni_core.cli", "run", "qwen-image-edit-plus", *flags],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    (path,) = (tmp_path / "out").glob("*.png")
+    got = np.asarray(PILImage.open(path).convert("RGB"))
+    assert diff(got, reference(plus_pipe, "put them together", images)) <= 1
