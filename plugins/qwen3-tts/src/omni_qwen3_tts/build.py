@@ -169,6 +169,7 @@ def speech_tokenizer_config() -> Any:
         "frame_rate": 12.5,
         "codebook_size": CODEBOOK,
         "codebook_dim": 32,
+        "vector_quantization_hidden_dimension": 32,  # == codebook_dim (the encoder's RVQ)
         "num_quantizers": 32,
         "num_hidden_layers": 2,
         "num_attention_heads": 2,

@@ -29,11 +29,15 @@ __all__ = ["Loaded", "Voice", "load", "prefill_rows"]
 
 @dataclass(frozen=True)
 class Voice:
-    """What a request asks of the voice: ``speaker`` (custom voice), ``instruct``, ``language``."""
+    """What a request asks of the voice: ``speaker`` (custom voice), ``instruct``, ``language``,
+    ``xvector`` (voice clone: the reference audio's speaker embedding, x-vector mode) and
+    ``non_streaming`` (all of the text in the prefill; else one text row per step)."""
 
     speaker: str | None = None
     instruct: str | None = None
     language: str = "auto"
+    xvector: Any = None
+    non_streaming: bool = True
 
 
 @dataclass
@@ -113,8 +117,8 @@ def check_voice(loaded: Loaded, voice: Voice) -> None:
             raise RequestError(
                 "a voice-design model needs instructions describing the voice", param="instructions"
             )
-    else:
-        raise RequestError(f"model type {kind!r} (voice clone) is not served yet", param="model")
+    elif voice.xvector is None:
+        raise RequestError("a voice-clone (base) model needs ref_audio", param="ref_audio")
     if voice.language.lower() not in languages(loaded):
         raise RequestError(
             f"unknown language {voice.language!r}: this model has {', '.join(languages(loaded))}",
@@ -122,8 +126,23 @@ def check_voice(loaded: Loaded, voice: Voice) -> None:
         )
 
 
-def prefill_rows(loaded: Loaded, text: str, voice: Voice) -> Any:
-    """The talker's prefill rows ``[rows, hidden]`` for ``text`` in ``voice`` (module doc)."""
+def speaker_embedding(loaded: Loaded, audio: Any, rate: int) -> Any:
+    """The x-vector of reference ``audio`` (float32 mono at ``rate``), as the official
+    ``create_voice_clone_prompt``: resampled to 24 kHz by librosa, then the ECAPA encoder."""
+    import numpy as np
+
+    wav = np.asarray(audio, dtype=np.float32)
+    target = int(loaded.model.speaker_encoder_sample_rate)
+    if rate != target:
+        import librosa
+
+        wav = librosa.resample(y=wav, orig_sr=int(rate), target_sr=target)
+    return loaded.model.extract_speaker_embedding(audio=wav, sr=target)
+
+
+def prefill_rows(loaded: Loaded, text: str, voice: Voice) -> tuple[Any, Any, Any]:
+    """The talker's prefill rows ``[rows, hidden]`` for ``text`` in ``voice`` (module doc), the
+    trailing text rows fed one per decode step (then ``tts_pad``) and ``tts_pad``."""
     import torch
 
     model, tc = loaded.model, loaded.model.config.talker_config
@@ -153,10 +172,13 @@ def prefill_rows(loaded: Loaded, text: str, voice: Voice) -> Any:
         prefix = [tc.codec_nothink_id, tc.codec_think_bos_id, tc.codec_think_eos_id]
     else:
         prefix = [tc.codec_think_id, tc.codec_think_bos_id, language_id, tc.codec_think_eos_id]
+    tail = codec([tc.codec_pad_id, tc.codec_bos_id])
     if speaker is not None:
         prefix.append(tc.spk_id[speaker])
-    prefix += [tc.codec_pad_id, tc.codec_bos_id]
     codes = codec(prefix)
+    if voice.xvector is not None:  # x-vector mode: the embedding is the speaker's codec row
+        codes = torch.cat([codes, voice.xvector.reshape(1, -1).to(codes.dtype)])
+    codes = torch.cat([codes, tail])
     rows = []
     if voice.instruct:
         instruct = tok(f"<|im_start|>user\n{voice.instruct}<|im_end|>\n").input_ids
@@ -164,9 +186,12 @@ def prefill_rows(loaded: Loaded, text: str, voice: Voice) -> Any:
     rows.append(project(ids_t[:, :3]))
     n = codes.shape[0]
     rows.append(torch.cat([pad.expand(n - 2, -1), bos[None]]) + codes[:-1])
+    if not voice.non_streaming:  # the first text token now, the others one per step
+        rows.append(project(ids_t[:, 3:4]) + codes[-1:])
+        return torch.cat(rows), torch.cat([project(ids_t[:, 4:-5]), eos[None]]), pad
     body = ids_t[:, 3:-5]
     rows.append(
         torch.cat([project(body), eos[None]]) + codec([tc.codec_pad_id] * (body.shape[1] + 1))
     )
     rows.append(pad[None] + codes[-1:])
-    return torch.cat(rows), pad
+    return torch.cat(rows), pad[None][:0], pad  # no trailing rows: tts_pad every step

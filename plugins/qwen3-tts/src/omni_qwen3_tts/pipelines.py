@@ -4,7 +4,9 @@ in) → the 12 Hz decoder (``torch`` kind, :mod:`.decoder`, the frames as they c
 streamed audio).
 
 * ``qwen3-tts``: a custom-voice checkpoint (``--voice`` one of its speakers);
-* ``qwen3-tts-design``: a voice-design checkpoint (``extra.instructions`` describes the voice).
+* ``qwen3-tts-design``: a voice-design checkpoint (``extra.instructions`` describes the voice);
+* ``qwen3-tts-clone``: a base checkpoint, voice clone in x-vector mode (``extra.ref_audio``: the
+  reference speech, base64 audio or ``{samples, sample_rate}``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from omni_core import PipelineConfig
 TINY_MODEL = "tiny-qwen3-tts"
 PIPELINE = "qwen3-tts"
 DESIGN_PIPELINE = "qwen3-tts-design"
+CLONE_PIPELINE = "qwen3-tts-clone"
 DEFAULT_VOICE = "vivian"  # the custom-voice default (OpenAI's voice names map to it: serving)
 EDGE_CHUNK = 4  # talker outputs (one frame each) per hop to the decoder
 
@@ -78,3 +81,8 @@ def tts_pipeline(model: str = TINY_MODEL) -> PipelineConfig:
 def design_pipeline(model: str = TINY_MODEL) -> PipelineConfig:
     """Voice design: text + instructions describing the voice → speech."""
     return _pipeline(DESIGN_PIPELINE, stages(model, "voice_design", None))
+
+
+def clone_pipeline(model: str = TINY_MODEL) -> PipelineConfig:
+    """Voice clone (x-vector mode): text + reference speech → speech in its voice."""
+    return _pipeline(CLONE_PIPELINE, stages(model, "base", None))

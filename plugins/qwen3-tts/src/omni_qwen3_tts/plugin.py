@@ -14,7 +14,7 @@ from omni_core.plugin import ModelSpec, PipelineSpec, ServerRoute, hookimpl
 OMNI_PLUGIN_API_VERSION = 3
 
 TINY_MODEL = "tiny-qwen3-tts"
-TINY_VERSION = "v1"  # bump whenever the builder's output changes (a new cache directory)
+TINY_VERSION = "v2"  # bump whenever the builder's output changes (a new cache directory)
 
 
 @hookimpl
@@ -44,6 +44,12 @@ def omni_register_pipelines() -> Iterable[PipelineSpec]:
             "qwen3-tts-design",
             "omni_qwen3_tts.pipelines:design_pipeline",
             "Qwen3-TTS voice design (tiny-qwen3-tts): instructions describe the voice",
+        ),
+        lazy_pipeline(
+            "qwen3-tts-clone",
+            "omni_qwen3_tts.pipelines:clone_pipeline",
+            "Qwen3-TTS voice clone, x-vector mode (tiny-qwen3-tts base): extra.ref_audio is the "
+            "reference speech",
         ),
     ]
 

@@ -12,8 +12,9 @@
   ``speech.audio.delta`` events with base64 audio then ``speech.audio.done``, ``wav``/``pcm``).
 * vllm-omni's extensions: ``language`` (a codec language of the checkpoint, default ``auto``),
   ``task_type`` (``CustomVoice``/``VoiceDesign``: must be the served checkpoint's), ``seed``,
-  ``max_new_tokens`` (frames, 12.5 per second); ``ref_audio``/``ref_text`` (voice clone): a 400,
-  not served yet.
+  ``max_new_tokens`` (frames, 12.5 per second); on a voice-clone pipeline ``ref_audio`` (base64
+  audio or a ``data:`` URL, within ``OMNI_MAX_AUDIO_BYTES``/``_SECONDS``), x-vector mode only
+  (``ref_text``, ICL mode, is a 400).
 
 The talker's own checks (an unknown voice or language) come back before the body starts: the
 first output is awaited, so they are 400s naming the field, never a broken stream. A streamed
@@ -73,6 +74,7 @@ class SpeechRequest(BaseModel):
     max_new_tokens: int | None = Field(default=None, ge=1, le=8192)
     ref_audio: str | None = None
     ref_text: str | None = None
+    x_vector_only_mode: bool | None = None
 
 
 class Speaker:
@@ -125,8 +127,6 @@ def extra_for(body: SpeechRequest, speaker: Speaker) -> dict[str, Any]:
         raise _error(400, "stream_format 'sse' needs response_format wav or pcm", "stream_format")
     if body.speed != 1.0:
         raise _error(400, f"speed: {body.speed}: Qwen3-TTS speaks at 1.0 only", "speed")
-    if body.ref_audio is not None or body.ref_text is not None:
-        raise _error(400, "ref_audio: voice clone (the Base model) is not served yet", "ref_audio")
     kind = speaker.model_type
     if body.task_type is not None and TASK_TYPES[body.task_type] != kind:
         raise _error(
@@ -135,6 +135,10 @@ def extra_for(body: SpeechRequest, speaker: Speaker) -> dict[str, Any]:
     if not body.input.strip():
         raise _error(400, "input: the text to speak is empty", "input")
     extra: dict[str, Any] = {}
+    if kind == "base":
+        extra["ref_audio"] = check_reference(body, speaker.engine)
+    elif body.ref_audio is not None:
+        raise _error(400, f"ref_audio: the served model is {kind}, not a voice clone", "ref_audio")
     name = body.voice.id if isinstance(body.voice, VoiceId) else body.voice
     if kind == "custom_voice":
         voices = speaker.voices()
@@ -154,6 +158,41 @@ def extra_for(body: SpeechRequest, speaker: Speaker) -> dict[str, Any]:
     streamed = fmt in ("wav", "pcm")
     extra[AUDIO_OPTIONS] = {"stream": streamed}  # the decoder streams wav/pcm as it decodes
     return extra
+
+
+def check_reference(body: SpeechRequest, engine: Any) -> str:
+    """A voice-clone request's ``ref_audio`` (base64 audio, a ``data:`` URL too) within the
+    server's media budgets (``OMNI_MAX_AUDIO_BYTES``, ``OMNI_MAX_AUDIO_SECONDS``); a 400 naming
+    the field otherwise. Only x-vector mode is served: ``ref_text`` (ICL mode) is a 400."""
+    import binascii
+
+    import soundfile
+
+    if body.ref_text is not None or body.x_vector_only_mode is False:
+        raise _error(
+            400, "ref_text: ICL voice clone is not served yet (x-vector mode only)", "ref_text"
+        )
+    if not body.ref_audio:
+        raise _error(400, "ref_audio: a voice-clone model needs reference audio", "ref_audio")
+    settings = getattr(engine, "settings", None)
+    max_bytes = int(getattr(settings, "max_audio_bytes", 128 << 20))
+    max_seconds = float(getattr(settings, "max_audio_seconds", 600.0))
+    data = body.ref_audio.split(",", 1)[1] if body.ref_audio.startswith("data:") else body.ref_audio
+    if len(data) * 3 // 4 > max_bytes:
+        raise _error(400, f"ref_audio: over {max_bytes} bytes (OMNI_MAX_AUDIO_BYTES)", "ref_audio")
+    try:
+        info = soundfile.info(io.BytesIO(base64.b64decode(data, validate=True)))
+    except (binascii.Error, ValueError, RuntimeError) as exc:
+        raise _error(
+            400, f"ref_audio: not base64 audio soundfile reads: {exc}", "ref_audio"
+        ) from None
+    if info.duration > max_seconds:
+        raise _error(
+            400,
+            f"ref_audio: {info.duration:.1f} s, over {max_seconds:g} s (OMNI_MAX_AUDIO_SECONDS)",
+            "ref_audio",
+        )
+    return data
 
 
 def wav_header(rate: int, size: int = 0xFFFFFFFF) -> bytes:

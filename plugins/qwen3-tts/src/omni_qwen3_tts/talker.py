@@ -44,7 +44,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from omni_core import ConfigError, RequestError, StageOutput
 from omni_core.extend import TorchStageEngine, error_output
 from omni_core.family import batch_cache, local_checkpoint, take_rows
-from omni_qwen3_tts.model import Voice, check_voice, checkpoint_dir, load, prefill_rows
+from omni_qwen3_tts.model import (
+    Voice,
+    check_voice,
+    checkpoint_dir,
+    load,
+    prefill_rows,
+    speaker_embedding,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +80,7 @@ class _Request:
     max_frames: int
     stream: bool
     rows: Any = None  # the prefill rows until the prefill ran
+    trailing: Any = None  # text rows fed one per decode step, then tts_pad
     cache: Any = None
     past: int = 0
     first: list[int] = field(default_factory=list)
@@ -118,10 +126,22 @@ class TalkerEngine(TorchStageEngine):
             text = text.get("text")
         if not isinstance(text, str) or not text.strip():
             raise RequestError("the text to speak is empty", param="input")
+        clone = self.loaded.model_type == "base"
+        xvector = None
+        if clone and extra.get("ref_audio") is not None:
+            with self.torch.inference_mode():
+                xvector = speaker_embedding(self.loaded, *reference_audio(extra["ref_audio"]))
+        streaming_text = extra.get("non_streaming_mode", not clone)
+        if not isinstance(streaming_text, bool):
+            raise RequestError(
+                "non_streaming_mode must be true or false", param="non_streaming_mode"
+            )
         voice = Voice(
-            speaker=extra.get("voice") or self.options.voice,
+            speaker=None if clone else extra.get("voice") or self.options.voice,
             instruct=extra.get("instructions") or None,
             language=str(extra.get("language") or "auto"),
+            xvector=xvector,
+            non_streaming=streaming_text,
         )
         check_voice(self.loaded, voice)
         greedy = params.temperature == 0.0
@@ -142,7 +162,7 @@ class TalkerEngine(TorchStageEngine):
                 float(gen.get("subtalker_top_p", 1.0)),
             )
         with self.torch.inference_mode():
-            rows, self.tts_pad = prefill_rows(self.loaded, text, voice)
+            rows, trailing, self.tts_pad = prefill_rows(self.loaded, text, voice)
         self.requests[request.request_id] = _Request(
             rid=request.request_id,
             greedy=greedy,
@@ -153,6 +173,7 @@ class TalkerEngine(TorchStageEngine):
             max_frames=params.max_tokens or self.options.max_tokens,
             stream=request.stream_outputs,
             rows=rows,
+            trailing=trailing,
         )
 
     def add_input(self, request_id: str, prompt: Any, final: bool) -> None:
@@ -328,7 +349,9 @@ class TalkerEngine(TorchStageEngine):
             totals = totals + tables[step](ids)[:, 0]
             kwargs = {"input_ids": ids}
         for i, state in enumerate(states):
-            state.pending = totals[i] + self.tts_pad
+            k = len(state.first) - 1  # this frame's index: generate()'s generation_step
+            text = state.trailing[k] if k < state.trailing.shape[0] else self.tts_pad
+            state.pending = totals[i] + text
         return frames
 
     def _emit(self, state: _Request, frame: list[int]) -> list[StageOutput]:
@@ -347,6 +370,38 @@ class TalkerEngine(TorchStageEngine):
         return StageOutput(
             request_id=state.rid, token_ids=codes, finished=True, finish_reason=reason
         )
+
+
+def reference_audio(value: Any) -> tuple[Any, int]:
+    """``extra["ref_audio"]``: ``{"samples": [floats], "sample_rate": n}`` or a base64 audio file
+    (a ``data:`` URL too; WAV/FLAC/OGG through soundfile) -> (float32 mono samples, rate)."""
+    import base64
+    import binascii
+    import io
+
+    import numpy as np
+
+    if isinstance(value, dict):
+        samples, rate = value.get("samples"), value.get("sample_rate")
+        if not isinstance(rate, int) or rate <= 0 or not isinstance(samples, list) or not samples:
+            raise RequestError("ref_audio: {samples, sample_rate} malformed", param="ref_audio")
+        return np.asarray(samples, dtype=np.float32), rate
+    if not isinstance(value, str) or not value:
+        raise RequestError("ref_audio: base64 audio or {samples, sample_rate}", param="ref_audio")
+    import soundfile
+
+    data = value.split(",", 1)[1] if value.startswith("data:") else value
+    try:
+        wav, rate = soundfile.read(
+            io.BytesIO(base64.b64decode(data, validate=True)), dtype="float32"
+        )
+    except (binascii.Error, ValueError, RuntimeError) as exc:
+        raise RequestError(
+            f"ref_audio: not a readable audio file: {exc}", param="ref_audio"
+        ) from None
+    if wav.ndim > 1:
+        wav = wav.mean(axis=-1)
+    return wav, int(rate)
 
 
 def warpers(temperature: float, top_k: int | None, top_p: float) -> list[Any]:
