@@ -7,9 +7,10 @@ a stage starts or ``omni serve`` mounts the speech route.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from omni_core.family import lazy_pipeline, tiny_model
-from omni_core.plugin import ModelSpec, PipelineSpec, ServerRoute, hookimpl
+from omni_core.plugin import Benchmark, ModelSpec, PipelineSpec, ServerRoute, hookimpl
 
 OMNI_PLUGIN_API_VERSION = 3
 
@@ -63,5 +64,22 @@ def omni_register_server_routes() -> Iterable[ServerRoute]:
             "qwen3-tts-speech",
             mount,
             "/v1/audio/speech (OpenAI's shape; audio or SSE streamed) and /v1/audio/voices",
+        )
+    ]
+
+
+@hookimpl
+def omni_register_benchmarks() -> Iterable[Benchmark]:
+    def talker(quick: bool) -> Any:
+        from omni_qwen3_tts.bench import bench_talker
+
+        return bench_talker(quick)
+
+    return [
+        Benchmark(
+            "qwen3-tts-talker",
+            talker,
+            "qwen3-tts talker + code predictor (tiny, in-process): requests/s at C=8/16, decode "
+            "steps batched across requests vs one forward each, in the same run",
         )
     ]
