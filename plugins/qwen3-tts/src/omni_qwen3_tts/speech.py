@@ -223,7 +223,12 @@ def pcm16(samples: Any) -> bytes:
     return (clipped * 32767).astype("<i2").tobytes()
 
 
-async def speak(engine: Any, speaker: Speaker, body: SpeechRequest) -> Response:
+async def open_speech(
+    engine: Any, speaker: Speaker, body: SpeechRequest
+) -> AsyncIterator[tuple[Any, int]]:
+    """The audio of ``body`` as ``(float32 samples, rate)`` pieces as they are decoded. The first
+    output is awaited before the first piece: the talker's own errors (an unknown voice) raise
+    an :class:`ApiError` before anything is sent."""
     extra = extra_for(body, speaker)
     talker: dict[str, Any] = {}
     if body.seed is not None:
@@ -235,14 +240,10 @@ async def speak(engine: Any, speaker: Speaker, body: SpeechRequest) -> Response:
     except ValueError as exc:
         raise _error(400, str(exc), getattr(exc, "param", None)) from None
     outputs = engine.generate(body.input, sampling_params=params)
-    first = await anext(outputs)
-    if first.error is not None:
-        await outputs.aclose()
-        raise _error(first.error.status_code, first.error.message, first.error.param)
-    fmt = body.response_format
-
-    async def chunks() -> AsyncIterator[tuple[Any, int]]:
-        out = first
+    try:
+        out = await anext(outputs)
+        if out.error is not None:
+            raise _error(out.error.status_code, out.error.message, out.error.param)
         while True:
             if out.error is not None:
                 raise RuntimeError(out.error.message)  # after the head: the stream breaks
@@ -255,21 +256,38 @@ async def speak(engine: Any, speaker: Speaker, body: SpeechRequest) -> Response:
                 out = await anext(outputs)
             except StopAsyncIteration:
                 return
+    finally:
+        await outputs.aclose()
+
+
+async def speak(engine: Any, speaker: Speaker, body: SpeechRequest) -> Response:
+    fmt = body.response_format
+    pieces = open_speech(engine, speaker, body)
+    try:  # the head first: errors before the response starts are 4xx
+        head = await anext(pieces)
+    except StopAsyncIteration:
+        head = None
+
+    async def chunks() -> AsyncIterator[tuple[Any, int]]:
+        if head is not None:
+            yield head
+            async for piece in pieces:
+                yield piece
 
     if fmt not in ("wav", "pcm"):
         import numpy as np
 
-        pieces = [(s, r) async for s, r in chunks()]
-        rate = pieces[0][1] if pieces else 24000
-        samples = np.concatenate([s for s, _ in pieces]) if pieces else np.zeros(0, np.float32)
+        whole = [(s, r) async for s, r in chunks()]
+        rate = whole[0][1] if whole else 24000
+        samples = np.concatenate([s for s, _ in whole]) if whole else np.zeros(0, np.float32)
         return Response(encode(samples, rate, fmt), media_type=MEDIA_TYPES[fmt])
 
     async def audio() -> AsyncIterator[bytes]:
-        head = fmt == "wav"
+        header = fmt == "wav"
         async for samples, rate in chunks():
             data = pcm16(samples)
-            if head:
-                data, head = wav_header(rate) + data, False
+            if header:
+                data, header = wav_header(rate) + data, False
             yield data
 
     if body.stream_format == "audio":
@@ -317,6 +335,10 @@ def mount(app: Any, engine: Any) -> None:
     @app.post("/v1/audio/speech")
     async def create_speech(request: Request) -> Response:
         return await speak(engine, speaker, await parse(request))
+
+    from omni_qwen3_tts.speech_stream import mount_stream
+
+    mount_stream(app, engine, speaker)
 
     @app.get("/v1/audio/voices")
     async def list_voices() -> dict[str, Any]:
