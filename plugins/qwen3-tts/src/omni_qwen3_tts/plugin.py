@@ -75,11 +75,22 @@ def omni_register_benchmarks() -> Iterable[Benchmark]:
 
         return bench_talker(quick)
 
+    def speech(quick: bool) -> Any:
+        from omni_qwen3_tts.tts_bench import bench_tts
+
+        return bench_tts(quick)
+
     return [
+        Benchmark(
+            "qwen3-tts",
+            speech,
+            "qwen3-tts (tiny): TTFP, RTF and underruns p50/p99 at C=1/4/16, the decoder "
+            "streamed vs whole in the same run",
+        ),
         Benchmark(
             "qwen3-tts-talker",
             talker,
             "qwen3-tts talker + code predictor (tiny, in-process): requests/s at C=8/16, decode "
             "steps batched across requests vs one forward each, in the same run",
-        )
+        ),
     ]
