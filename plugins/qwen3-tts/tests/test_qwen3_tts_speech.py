@@ -20,9 +20,14 @@ TEXT = "hello world, read the news today please"
 
 
 @pytest.fixture(scope="module")
-def client(tiny_tts, built_model):
-    with served_openai_client(tts_pipeline(), built_model.cache) as (client, _):
-        yield client
+def served(tiny_tts, built_model):
+    with served_openai_client(tts_pipeline(), built_model.cache) as (client, metrics):
+        yield client, metrics
+
+
+@pytest.fixture(scope="module")
+def client(served):
+    return served[0]
 
 
 def speech(client, **fields):
@@ -112,3 +117,12 @@ def test_bad_input_is_a_400_naming_the_field(client, fields, param, message):
         speech(client, **fields)
     error = info.value.body
     assert error["param"] == param and message in error["message"]
+
+
+def test_speech_is_observed_by_the_shared_speech_metrics(served):
+    client, metrics = served
+    before = metrics.registry.get_sample_value("omni_time_to_first_audio_seconds_count") or 0
+    speech(client, response_format="pcm", extra_body={"seed": 1, "max_new_tokens": 8})
+    after = metrics.registry.get_sample_value("omni_time_to_first_audio_seconds_count") or 0
+    assert after == before + 1
+    assert (metrics.registry.get_sample_value("omni_audio_rtf_count") or 0) >= 1
