@@ -1,6 +1,7 @@
 """Parity with the official ``qwen-tts`` on the same tiny checkpoints: the plugin's talker + code
 predictor engine (batched decode steps, its own sampling) against ``Qwen3TTSModel.generate_*``,
-codes of every group exact, greedy and seeded; the plugin's decoder against the official decode
+codes of every group exact, greedy and seeded (custom voice, voice design, voice clone in
+x-vector and ICL mode); the plugin's decoder against the official decode
 within 1e-6, a bound a one-code change breaks; and the checkpoint rebuilt byte-identical."""
 
 from __future__ import annotations
@@ -178,3 +179,22 @@ def test_voice_clone_x_vector_codes_match_qwen_tts(clone: Any, seed: int | None)
     check_exact(ours(talker, TEXT, seed, language="english", ref_audio=ref), theirs)
     other = {"samples": reference_speech(24000).tolist(), "sample_rate": 24000}
     assert ours(talker, TEXT, seed, language="english", ref_audio=other) != theirs  # it matters
+
+
+@pytest.mark.parametrize(
+    ("seed", "text"),
+    [(None, TEXT), (5, TEXT + " read the news today please and more"), (6, "hi")],
+    ids=["greedy", "seeded-long", "seeded-short"],
+)
+def test_voice_clone_icl_codes_match_qwen_tts(clone: Any, seed: int | None, text: str) -> None:
+    """ICL mode: the reference's Mimi codes and text in the prompt; a text longer than the
+    reference's codec rows trails one row per step, a shorter one is padded."""
+    reference, talker = clone
+    speech = reference_speech(16000)
+    theirs, _ = reference.run(
+        "generate_voice_clone", seed, text=text, language="English",
+        ref_audio=(speech, 16000), ref_text="good morning", x_vector_only_mode=False,
+    )  # fmt: skip
+    ref = {"samples": speech.tolist(), "sample_rate": 16000}
+    codes = ours(talker, text, seed, language="english", ref_audio=ref, ref_text="good morning")
+    check_exact(codes, theirs, what="ICL codes")

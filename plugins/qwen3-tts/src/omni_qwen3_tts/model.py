@@ -38,6 +38,8 @@ class Voice:
     language: str = "auto"
     xvector: Any = None
     non_streaming: bool = True
+    ref_codes: Any = None  # ICL voice clone: the reference's codes [frames, groups]
+    ref_text: str | None = None  # ICL voice clone: what the reference says
 
 
 @dataclass
@@ -119,11 +121,49 @@ def check_voice(loaded: Loaded, voice: Voice) -> None:
             )
     elif voice.xvector is None:
         raise RequestError("a voice-clone (base) model needs ref_audio", param="ref_audio")
+    elif voice.ref_codes is not None and not voice.ref_text:
+        raise RequestError("ICL voice clone needs ref_text", param="ref_text")
     if voice.language.lower() not in languages(loaded):
         raise RequestError(
             f"unknown language {voice.language!r}: this model has {', '.join(languages(loaded))}",
             param="language",
         )
+
+
+def reference_codes(loaded: Loaded, audio: Any, rate: int) -> Any:
+    """The reference's codes ``[frames, groups]`` from the speech tokenizer's Mimi encoder, as
+    the official ``create_voice_clone_prompt`` (its own resampling included)."""
+    import numpy as np
+
+    encoded = loaded.model.speech_tokenizer.encode(np.asarray(audio, dtype=np.float32), sr=rate)
+    return encoded.audio_codes[0]
+
+
+def _icl_rows(loaded: Loaded, ids_t: Any, voice: Voice, eos: Any, pad: Any) -> tuple[Any, Any]:
+    """The official ``generate_icl_prompt``'s rows and trailing text: the reference text then
+    the text (and ``tts_eos``) against ``codec_bos`` then the reference frames' summed code
+    embeddings; streaming text (the clone default): as many text rows as codec rows in the
+    prompt, the rest trailing; else all text against ``codec_pad`` then the codec rows."""
+    import torch
+
+    model, tc = loaded.model, loaded.model.config.talker_config
+    talker = model.talker
+    ref = loaded.tokenizer(f"<|im_start|>assistant\n{voice.ref_text}<|im_end|>\n").input_ids
+    text_ids = torch.cat([torch.tensor([ref])[:, 3:-2], ids_t[:, 3:-5]], dim=-1)
+    text = torch.cat([talker.text_projection(talker.get_text_embeddings()(text_ids))[0], eos[None]])
+    codes = voice.ref_codes.to(torch.long)
+    tables = talker.code_predictor.get_input_embeddings()
+    summed = talker.get_input_embeddings()(codes[:, 0]) + sum(
+        tables[i - 1](codes[:, i]) for i in range(1, codes.shape[1])
+    )
+    codec = torch.cat([talker.get_input_embeddings()(torch.tensor([tc.codec_bos_id])), summed])
+    if voice.non_streaming:
+        pads = talker.get_input_embeddings()(torch.tensor([tc.codec_pad_id] * text.shape[0]))
+        return torch.cat([text + pads, codec + pad]), pad[None][:0]
+    if text.shape[0] > codec.shape[0]:
+        return text[: codec.shape[0]] + codec, text[codec.shape[0] :]
+    padded = torch.cat([text, pad.expand(codec.shape[0] - text.shape[0], -1)])
+    return padded + codec, pad[None][:0]
 
 
 def speaker_embedding(loaded: Loaded, audio: Any, rate: int) -> Any:
@@ -186,6 +226,10 @@ def prefill_rows(loaded: Loaded, text: str, voice: Voice) -> tuple[Any, Any, Any
     rows.append(project(ids_t[:, :3]))
     n = codes.shape[0]
     rows.append(torch.cat([pad.expand(n - 2, -1), bos[None]]) + codes[:-1])
+    if voice.ref_codes is not None:  # ICL voice clone: reference text and codes in the prompt
+        icl, trailing = _icl_rows(loaded, ids_t, voice, eos, pad)
+        rows.append(icl)
+        return torch.cat(rows), trailing, pad
     if not voice.non_streaming:  # the first text token now, the others one per step
         rows.append(project(ids_t[:, 3:4]) + codes[-1:])
         return torch.cat(rows), torch.cat([project(ids_t[:, 4:-5]), eos[None]]), pad

@@ -13,8 +13,9 @@
 * vllm-omni's extensions: ``language`` (a codec language of the checkpoint, default ``auto``),
   ``task_type`` (``CustomVoice``/``VoiceDesign``: must be the served checkpoint's), ``seed``,
   ``max_new_tokens`` (frames, 12.5 per second); on a voice-clone pipeline ``ref_audio`` (base64
-  audio or a ``data:`` URL, within ``OMNI_MAX_AUDIO_BYTES``/``_SECONDS``), x-vector mode only
-  (``ref_text``, ICL mode, is a 400).
+  audio or a ``data:`` URL, within ``OMNI_MAX_AUDIO_BYTES``/``_SECONDS``): with ``ref_text``
+  ICL mode (the reference's codes and text in the prompt), without it (or with
+  ``x_vector_only_mode: true``) x-vector mode.
 
 The talker's own checks (an unknown voice or language) come back before the body starts: the
 first output is awaited, so they are 400s naming the field, never a broken stream. A streamed
@@ -137,6 +138,8 @@ def extra_for(body: SpeechRequest, speaker: Speaker) -> dict[str, Any]:
     extra: dict[str, Any] = {}
     if kind == "base":
         extra["ref_audio"] = check_reference(body, speaker.engine)
+        if body.ref_text and body.x_vector_only_mode is not True:  # ICL mode
+            extra["ref_text"] = body.ref_text
     elif body.ref_audio is not None:
         raise _error(400, f"ref_audio: the served model is {kind}, not a voice clone", "ref_audio")
     name = body.voice.id if isinstance(body.voice, VoiceId) else body.voice
@@ -163,14 +166,14 @@ def extra_for(body: SpeechRequest, speaker: Speaker) -> dict[str, Any]:
 def check_reference(body: SpeechRequest, engine: Any) -> str:
     """A voice-clone request's ``ref_audio`` (base64 audio, a ``data:`` URL too) within the
     server's media budgets (``OMNI_MAX_AUDIO_BYTES``, ``OMNI_MAX_AUDIO_SECONDS``); a 400 naming
-    the field otherwise. Only x-vector mode is served: ``ref_text`` (ICL mode) is a 400."""
+    the field otherwise (``x_vector_only_mode: false`` needs a ``ref_text``)."""
     import binascii
 
     import soundfile
 
-    if body.ref_text is not None or body.x_vector_only_mode is False:
+    if body.x_vector_only_mode is False and not body.ref_text:
         raise _error(
-            400, "ref_text: ICL voice clone is not served yet (x-vector mode only)", "ref_text"
+            400, "ref_text: ICL voice clone (x_vector_only_mode false) needs it", "ref_text"
         )
     if not body.ref_audio:
         raise _error(400, "ref_audio: a voice-clone model needs reference audio", "ref_audio")

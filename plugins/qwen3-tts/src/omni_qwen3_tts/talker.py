@@ -50,6 +50,7 @@ from omni_qwen3_tts.model import (
     checkpoint_dir,
     load,
     prefill_rows,
+    reference_codes,
     speaker_embedding,
 )
 
@@ -127,10 +128,16 @@ class TalkerEngine(TorchStageEngine):
         if not isinstance(text, str) or not text.strip():
             raise RequestError("the text to speak is empty", param="input")
         clone = self.loaded.model_type == "base"
-        xvector = None
+        xvector = codes = None
+        ref_text = extra.get("ref_text")
+        if ref_text is not None and not isinstance(ref_text, str):
+            raise RequestError("ref_text must be a string", param="ref_text")
         if clone and extra.get("ref_audio") is not None:
+            audio, rate = reference_audio(extra["ref_audio"])
             with self.torch.inference_mode():
-                xvector = speaker_embedding(self.loaded, *reference_audio(extra["ref_audio"]))
+                xvector = speaker_embedding(self.loaded, audio, rate)
+                if ref_text:  # ICL mode (x-vector only without a reference text)
+                    codes = reference_codes(self.loaded, audio, rate)
         streaming_text = extra.get("non_streaming_mode", not clone)
         if not isinstance(streaming_text, bool):
             raise RequestError(
@@ -142,6 +149,8 @@ class TalkerEngine(TorchStageEngine):
             language=str(extra.get("language") or "auto"),
             xvector=xvector,
             non_streaming=streaming_text,
+            ref_codes=codes,
+            ref_text=ref_text or None,
         )
         check_voice(self.loaded, voice)
         greedy = params.temperature == 0.0
