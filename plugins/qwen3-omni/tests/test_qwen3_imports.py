@@ -11,9 +11,7 @@ import pytest
 
 SRC = Path(omni_qwen3.__file__).parent
 PUBLIC = {"omni_qwen.api", "omni_qwen.compat"}
-# The talker still reads its checkpoint through omni_qwen.checkpoint (now a re-export of the
-# kit's readers): it is being edited for issue 34; it moves to omni_core.family after that.
-PENDING = {"talker.py"}
+PENDING: set[str] = set()
 
 
 def private_imports(path: Path) -> list[str]:

@@ -4,13 +4,17 @@
 batches the requests decoding in an engine step (up to ``options.max_batch``) through
 :func:`decode_rows`: their caches left-padded to the longest into one batch cache, an attention
 mask hiding the padding, each row at its own 3D rope position; each request's cache is then its
-rows of the batch's. The logits equal the batch-of-one forward's up to float rounding.
+rows of the batch's (the family kit's :func:`~omni_core.family.batch_cache` and
+:func:`~omni_core.family.take_rows`). The logits equal the batch-of-one forward's up to float
+rounding.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any, Protocol
+
+from omni_core.family import batch_cache, take_rows
 
 
 class Decoding(Protocol):
@@ -44,38 +48,3 @@ def decode_rows(torch: Any, talker: Any, states: Sequence[Decoding], rows: Any, 
         )
         take_rows(states, cache)
         return out.logits[:, -1]
-
-
-def batch_cache(torch: Any, config: Any, states: Sequence[Decoding], device: Any = None) -> Any:
-    """``(cache, mask)`` for one decode row per state: their ``DynamicCache`` s left-padded to
-    the longest ``past`` into one batch cache (``config``: the talker's text config) and the
-    attention mask ``[len(states), longest + 1]`` hiding the padding."""
-    from transformers import DynamicCache
-
-    pasts = [s.past for s in states]
-    longest = max(pasts)
-    mask = torch.zeros((len(states), longest + 1), dtype=torch.long, device=device)
-    for i, past in enumerate(pasts):
-        mask[i, longest - past :] = 1
-    cache = DynamicCache(config=config)
-    for index in range(len(states[0].cache.layers)):
-        keys, values = [], []
-        for state, past in zip(states, pasts, strict=True):
-            layer = state.cache.layers[index]
-            pad = (0, 0, longest - past, 0)  # left-pad the sequence dimension
-            keys.append(torch.nn.functional.pad(layer.keys, pad))
-            values.append(torch.nn.functional.pad(layer.values, pad))
-        cache.update(torch.cat(keys), torch.cat(values), index)
-    return cache, mask
-
-
-def take_rows(states: Sequence[Decoding], cache: Any) -> None:
-    """After a forward on :func:`batch_cache`'s cache: each state's cache becomes its row of the
-    batch's (the padding cut off again) and its ``past`` one more."""
-    longest = max(s.past for s in states)
-    for i, state in enumerate(states):
-        past = state.past
-        for mine, batched in zip(state.cache.layers, cache.layers, strict=True):
-            mine.keys = batched.keys[i : i + 1, :, longest - past :].clone()  # not a view:
-            mine.values = batched.values[i : i + 1, :, longest - past :].clone()  # frees the batch
-        state.past = past + 1

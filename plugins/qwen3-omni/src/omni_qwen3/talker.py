@@ -53,12 +53,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from omni_qwen.checkpoint import ImageGrid, generation_config, local_checkpoint, read_rows
-from omni_qwen.checkpoint import token_ids as id_set
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from omni_core import ConfigError, RequestError, StageOutput
 from omni_core.extend import TorchStageEngine, error_output
+from omni_core.family import ImageGrid, generation_config, local_checkpoint, read_rows
+from omni_core.family import token_ids as id_set
 from omni_qwen3.talker_batch import decode_batch, first_code, predict_batch, warpers
 from omni_qwen3.weights import load_part
 
