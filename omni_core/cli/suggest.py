@@ -31,8 +31,9 @@ NoSuchOption: type[Exception] = vars(sys.modules[UsageError.__module__])["NoSuch
 
 
 def closest(word: str, candidates: Iterable[str], n: int = 3) -> list[str]:
-    """The candidates closest to ``word`` (difflib's ratio >= 0.6), best first."""
-    return difflib.get_close_matches(word, sorted(set(candidates)), n=n)
+    """The candidates closest to ``word`` (difflib's ratio >= 0.75: a typo, not another word
+    that shares a part, as ``--negative-prompt`` does ``--prompt``), best first."""
+    return difflib.get_close_matches(word, sorted(set(candidates)), n=n, cutoff=0.75)
 
 
 def did_you_mean(matches: Sequence[str]) -> str:

@@ -9,6 +9,8 @@ from transformers import AutoTokenizer
 from omni_core.chat import ChatOptions, parse_messages
 from omni_core.config.pipeline import PipelineConfig
 from omni_core.config.settings import OmniSettings
+from omni_core.plugin import PluginHost
+from omni_core.stage.client import StageContext
 from omni_core.errors import RequestError
 from omni_core.kinds.vllm_kind import VllmArgs, vllm_renderer
 from omni_core.models import resolve_model
@@ -28,7 +30,8 @@ def renderer(**engine_args):
         {"name": "r", "stages": [{"id": 0, "name": "thinker", "kind": "vllm"}]}
     )
     args = VllmArgs.model_validate({"model": "tiny-thinker", "max_model_len": 128, **engine_args})
-    return vllm_renderer(config.stages[0], args, settings)
+    host = PluginHost.create(settings)
+    return vllm_renderer(config.stages[0], args, StageContext.bound("r", settings, host))
 
 
 @pytest.fixture(scope="module")

@@ -37,6 +37,8 @@ ENTRY_POINTS = (
     "plugins/qwen3-omni/src/omni_qwen3/bench.py",
     "plugins/qwen3-omni/src/omni_qwen3/talker_bench.py",
     "plugins/wan/src/omni_wan/bench.py",
+    "plugins/qwen3-tts/src/omni_qwen3_tts/bench.py",
+    "plugins/qwen3-tts/src/omni_qwen3_tts/tts_bench.py",
     # processes' own starts: a stage worker process reads its own environment; the reference
     # generator is `python -m omni_core.config.reference`
     "omni_core/stage/worker.py",
