@@ -9,11 +9,11 @@ from transformers import AutoTokenizer
 from omni_core.chat import ChatOptions, parse_messages
 from omni_core.config.pipeline import PipelineConfig
 from omni_core.config.settings import OmniSettings
-from omni_core.plugin import PluginHost
-from omni_core.stage.client import StageContext
 from omni_core.errors import RequestError
 from omni_core.kinds.vllm_kind import VllmArgs, vllm_renderer
 from omni_core.models import resolve_model
+from omni_core.plugin import PluginHost
+from omni_core.stage.client import StageContext
 
 MESSAGES = [
     {"role": "system", "content": "be brief"},
