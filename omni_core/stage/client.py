@@ -67,6 +67,14 @@ class StageContext:
 
         return cls(pipeline_name, settings, ModelResolver(host, Path(settings.cache_dir)))
 
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        """Sent to another process (a Ray actor's stage factory arguments): the settings travel
+        and the host is rebuilt there from them
+        (:func:`omni_core.stage.worker.stage_context_here`)."""
+        from omni_core.stage.worker import stage_context_here
+
+        return (stage_context_here, (self.pipeline_name, self.settings))
+
     @property
     def host(self) -> PluginHost:
         """The engine's plugin host."""

@@ -331,3 +331,13 @@ def main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv))
+
+
+def stage_context_here(pipeline_name: str, settings: Any) -> Any:
+    """A :class:`~omni_core.stage.client.StageContext` rebuilt in this process (a Ray actor's, a
+    worker's) from the one sent to it: the engine's settings travel, the plugin host is built
+    here anew from them (a pluggy manager does not pickle), so it sees the same plugins."""
+    from omni_core.plugin.hooks import PluginHost
+    from omni_core.stage.client import StageContext
+
+    return StageContext.bound(pipeline_name, settings, PluginHost.create(settings))
