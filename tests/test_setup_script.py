@@ -3,6 +3,7 @@ right, a failing step still stops the script with its status (``set -euo pipefai
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -34,7 +35,11 @@ def test_steps_announce_themselves_and_a_failure_stops_the_script(tmp_path):
         + helpers
         + 'run "first thing" true\nrun "broken thing" sh -c "exit 3"\necho not reached\n'
     )
-    done = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=30)
+    # a short tick: a stopped ticker's last `sleep` holds the pipe open until it ends
+    env = {**os.environ, "OMNI_SETUP_TICK_S": "0.2"}
+    done = subprocess.run(
+        ["bash", str(script)], capture_output=True, text=True, timeout=30, env=env
+    )
     assert done.returncode == 3
     lines = done.stdout.splitlines()
     (steps,) = re.findall(r"^STEPS=(\d+)$", text, re.M)

@@ -31,8 +31,8 @@ NoSuchOption: type[Exception] = vars(sys.modules[UsageError.__module__])["NoSuch
 
 
 def closest(word: str, candidates: Iterable[str], n: int = 3) -> list[str]:
-    """The candidates closest to ``word`` (difflib's ratio >= 0.75: a typo, not another word
-    that shares a part, as ``--negative-prompt`` does ``--prompt``), best first."""
+    """The candidates closest to ``word`` (difflib's ratio >= 0.75: a typo, not a longer
+    option that merely contains one of ours), best first."""
     return difflib.get_close_matches(word, sorted(set(candidates)), n=n, cutoff=0.75)
 
 
